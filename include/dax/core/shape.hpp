@@ -1,0 +1,117 @@
+// Shapes, slices and boxes (one [start, stop) per dimension) and the row-major arithmetic on them.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <dax/core/error.hpp>
+#include <dax/core/macros.hpp>
+
+namespace dax {
+
+using Shape = std::vector<int64_t>;
+
+/// A half-open range [start, stop) of one dimension.
+struct Slice {
+  int64_t start = 0;
+  int64_t stop = 0;
+  DAX_HOST_DEVICE int64_t size() const { return stop > start ? stop - start : 0; }
+  friend bool operator==(const Slice&, const Slice&) = default;
+};
+
+/// One Slice per dimension: a rectangular piece of a global array.
+using Box = std::vector<Slice>;
+
+inline int64_t numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+inline int64_t numel(const Box& box) {
+  int64_t n = 1;
+  for (const Slice& s : box) n *= s.size();
+  return n;
+}
+
+inline Shape box_shape(const Box& box) {
+  Shape shape(box.size());
+  for (size_t i = 0; i < box.size(); ++i) shape[i] = box[i].size();
+  return shape;
+}
+
+inline Box full_box(const Shape& shape) {
+  Box box(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) box[i] = {0, shape[i]};
+  return box;
+}
+
+/// The common part of two boxes; empty slices (start == stop) where they do not meet.
+inline Box intersect(const Box& a, const Box& b) {
+  Box out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int64_t lo = a[i].start > b[i].start ? a[i].start : b[i].start;
+    const int64_t hi = a[i].stop < b[i].stop ? a[i].stop : b[i].stop;
+    out[i] = {lo, hi > lo ? hi : lo};
+  }
+  return out;
+}
+
+inline bool contains(const Box& outer, const Box& inner) {
+  if (numel(inner) == 0) return true;
+  for (size_t i = 0; i < outer.size(); ++i)
+    if (inner[i].start < outer[i].start || inner[i].stop > outer[i].stop) return false;
+  return true;
+}
+
+inline bool same_region(const Box& a, const Box& b) {
+  const bool a_empty = numel(a) == 0, b_empty = numel(b) == 0;
+  return (a_empty && b_empty) || (!a_empty && !b_empty && a == b);
+}
+
+/// Offset (in elements) of the first element of `region` inside the row-major buffer of `block`.
+inline int64_t offset_in(const Box& block, const Box& region) {
+  int64_t offset = 0;
+  for (size_t i = 0; i < block.size(); ++i)
+    offset = offset * block[i].size() + (region[i].start - block[i].start);
+  return offset;
+}
+
+/// True when `region` occupies one contiguous run of the row-major buffer of `block`: after the
+/// first dimension where it is narrower than one index, every later dimension is full.
+inline bool is_contiguous_in(const Box& block, const Box& region) {
+  if (numel(region) == 0) return true;
+  size_t i = 0;
+  while (i < region.size() && region[i].size() == 1) ++i;
+  if (i == region.size()) return true;
+  for (size_t j = i + 1; j < region.size(); ++j)
+    if (region[j] != block[j]) return false;
+  return true;
+}
+
+inline std::string to_string(const Shape& shape) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) out << ",";
+  out << ")";
+  return out.str();
+}
+
+/// NumPy-style text of a box: [0:4, 2:3].
+inline std::string to_string(const Box& box) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < box.size(); ++i) out << (i ? ", " : "") << box[i].start << ":" << box[i].stop;
+  out << "]";
+  return out.str();
+}
+
+inline std::ostream& operator<<(std::ostream& out, const Slice& s) {
+  return out << s.start << ":" << s.stop;
+}
+
+}  // namespace dax

@@ -1,0 +1,3 @@
+// The runner of the pure tests.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
