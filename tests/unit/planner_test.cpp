@@ -3,8 +3,8 @@
 
 #include <dax/reshard/explain.hpp>
 #include <dax/reshard/planner.hpp>
-#include "meshes.hpp"
-#include "simulate.hpp"
+#include "../common/meshes.hpp"
+#include "../common/simulate.hpp"
 
 using dax::Mesh;
 using dax::NamedSharding;

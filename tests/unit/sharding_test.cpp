@@ -3,7 +3,7 @@
 #include <set>
 
 #include <dax/sharding/named_sharding.hpp>
-#include "meshes.hpp"
+#include "../common/meshes.hpp"
 
 using dax::Box;
 using dax::Mesh;

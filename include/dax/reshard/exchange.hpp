@@ -29,24 +29,6 @@ inline bool has_axis(const std::vector<int>& axes, int axis) {
   return false;
 }
 
-/// The devices that share `device`'s coordinates off `axes`, ordered by their coordinates on
-/// `axes` read in mesh order (that order is the rank order of the group's communicator).
-inline std::vector<int> group_members(const Mesh& mesh, const std::vector<int>& axes, int device) {
-  auto coords = mesh.coords(device);
-  int64_t count = 1;
-  for (int a : axes) count *= mesh.axis_size(a);
-  std::vector<int> members(count);
-  for (int64_t m = 0; m < count; ++m) {
-    int64_t rest = m;
-    for (size_t i = axes.size(); i-- > 0;) {
-      coords[axes[i]] = rest % mesh.axis_size(axes[i]);
-      rest /= mesh.axis_size(axes[i]);
-    }
-    members[m] = mesh.device_at(coords);
-  }
-  return members;
-}
-
 /// Whether device `s` supplies data to device `d` in a step from `from`: they must agree on every
 /// mesh axis except those splitting `from` (different pieces) and those being reduced (different
 /// partials).

@@ -50,6 +50,10 @@ class PlanCache {
   }
 
   size_t size() const { return entries_.size(); }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    entries_.clear();
+  }
 
  private:
   std::mutex mutex_;

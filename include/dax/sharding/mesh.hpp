@@ -120,6 +120,28 @@ class Mesh {
   std::vector<int> position_;  // device id -> row-major position, -1 when absent
 };
 
+namespace detail {
+
+/// The devices that share `device`'s coordinates off the mesh axes `axes`, ordered by their
+/// coordinates on `axes` read in mesh order (the rank order of that group's communicator).
+inline std::vector<int> group_members(const Mesh& mesh, const std::vector<int>& axes, int device) {
+  auto coords = mesh.coords(device);
+  int64_t count = 1;
+  for (int a : axes) count *= mesh.axis_size(a);
+  std::vector<int> members(count);
+  for (int64_t m = 0; m < count; ++m) {
+    int64_t rest = m;
+    for (size_t i = axes.size(); i-- > 0;) {
+      coords[axes[i]] = rest % mesh.axis_size(axes[i]);
+      rest /= mesh.axis_size(axes[i]);
+    }
+    members[m] = mesh.device_at(coords);
+  }
+  return members;
+}
+
+}  // namespace detail
+
 inline std::string to_string(const Mesh& mesh) {
   std::ostringstream out;
   out << "Mesh(";

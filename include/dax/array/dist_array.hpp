@@ -1,0 +1,126 @@
+// dax::DistArray<T>: one global array whose pieces live on the devices of a mesh. Each rank holds
+// its own piece (or, for unreduced shardings, its partial sum of it) in a shared buffer of the
+// backend's memory; arrays are immutable values, so reshards that keep a piece share the buffer.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <dax/backend/buffer.hpp>
+#include <dax/core/dtype.hpp>
+#include <dax/core/error.hpp>
+#include <dax/core/shape.hpp>
+#include <dax/runtime/runtime.hpp>
+#include <dax/sharding/named_sharding.hpp>
+
+namespace dax {
+
+/// A contiguous row-major view of one local piece; keeps the piece's buffer alive.
+template <class T>
+class ShardData {
+ public:
+  ShardData(std::shared_ptr<detail::Buffer> buffer, int64_t size)
+      : buffer_(std::move(buffer)), size_(size) {}
+  const T* data() const { return buffer_ ? static_cast<const T*>(buffer_->data()) : nullptr; }
+  int64_t size() const { return size_; }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size_; }
+  const T& operator[](int64_t i) const { return data()[i]; }
+  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+
+ private:
+  std::shared_ptr<detail::Buffer> buffer_;
+  int64_t size_;
+};
+
+/// One piece of an array held by this process: its device, its index into the global array
+/// (one [start, stop) per dimension), its replica id and its data.
+template <class T>
+struct Shard {
+  int device;
+  std::vector<Slice> index;
+  int replica_id;
+  ShardData<T> data;
+};
+
+template <class T>
+class DistArray;
+
+namespace detail {
+template <class T>
+std::vector<T> gather_to_host(const DistArray<T>& x);
+}  // namespace detail
+
+template <class T>
+class DistArray {
+  static_assert(Element<T>, "dax::DistArray: unsupported element type");
+
+ public:
+  using value_type = T;
+  using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+
+  /// An array from its parts; `local` holds this rank's piece (null on ranks outside the mesh).
+  DistArray(Shape shape, NamedSharding sharding, std::shared_ptr<detail::Buffer> local)
+      : shape_(std::move(shape)), sharding_(std::move(sharding)), local_(std::move(local)) {
+    sharding_.check_rank(shape_);
+    const int rank = Runtime::current().rank();
+    if (sharding_.mesh().contains(rank)) local_index_ = sharding_.device_indices(rank, shape_);
+  }
+
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t size() const { return numel(shape_); }
+  const NamedSharding& sharding() const { return sharding_; }
+  DType dtype() const { return dtype_v<T>; }
+
+  /// Whether this rank holds a piece (it is a device of the array's mesh).
+  bool is_addressable() const { return static_cast<bool>(local_); }
+  /// This rank's piece: one [start, stop) per dimension.
+  const Box& local_index() const { return local_index_; }
+  Shape local_shape() const { return box_shape(local_index_); }
+  int64_t local_size() const { return numel(local_index_); }
+  std::span<const T> local_data() const {
+    return {local_ ? static_cast<const T*>(local_->data()) : nullptr, static_cast<size_t>(local_ ? local_size() : 0)};
+  }
+
+  /// The local piece as a row-major matrix: (product of the leading dims, last dim); a 1-d piece
+  /// is one row, a scalar 1x1.
+  Eigen::Map<const RowMajorMatrix> local_matrix() const {
+    const Shape s = local_shape();
+    const int64_t cols = s.empty() ? 1 : s.back();
+    const int64_t rows = s.empty() ? 1 : numel(Shape(s.begin(), s.end() - 1));
+    return {local_data().data(), static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols)};
+  }
+  /// The local piece as a flat vector.
+  Eigen::Map<const Vector> local_vector() const {
+    return {local_data().data(), static_cast<Eigen::Index>(local_data().size())};
+  }
+
+  /// The pieces this process holds (one, or none on ranks outside the mesh).
+  std::vector<Shard<T>> addressable_shards() const {
+    if (!local_) return {};
+    const int rank = Runtime::current().rank();
+    return {Shard<T>{rank, local_index_, sharding_.replica_id(rank), ShardData<T>(local_, local_size())}};
+  }
+
+  /// The global (reduced) value, row-major, on every device of the mesh. Collective.
+  std::vector<T> to_host() const { return detail::gather_to_host(*this); }
+
+  /// The shared buffer of the local piece (internal: ops and reshards read it).
+  const std::shared_ptr<detail::Buffer>& buffer() const { return local_; }
+
+ private:
+  Shape shape_;
+  NamedSharding sharding_;
+  std::shared_ptr<detail::Buffer> local_;
+  Box local_index_;
+};
+
+}  // namespace dax
+
+#include <dax/array/reshard.hpp>  // defines gather_to_host

@@ -1,0 +1,152 @@
+// dax::reshard (also dax::device_put(x, sharding)): moves an array to any other sharding on the
+// same mesh by running its cached plan: each step one collective on the group's communicator,
+// pieces in place where contiguous, packed in one pass where not, buffers from the caching
+// allocator. Also gather_to_host, which to_host() uses.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include <dax/array/dist_array.hpp>
+#include <dax/array/reshard_program.hpp>
+#include <dax/backend/cpu/copy.hpp>
+#include <dax/backend/cpu/memory.hpp>
+#include <dax/comm/comm_stats.hpp>
+
+namespace dax {
+namespace detail {
+
+/// Checks every rank can make (the same on all ranks: metadata only) before any rank moves data.
+inline void check_reshard(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
+  DAX_CHECK(from.mesh() == to.mesh(), "reshard: source and target must be on the same mesh, got ",
+            to_string(from.mesh()), " and ", to_string(to.mesh()));
+  to.check_rank(shape);
+  Runtime::current().check_mesh(to.mesh());
+}
+
+template <class T>
+T* data_of(const std::shared_ptr<Buffer>& b) {
+  return static_cast<T*>(b->data());
+}
+
+/// Runs one step of this rank's program on its piece `in`; returns the new piece.
+template <class T>
+std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buffer>& in) {
+  using cpu::CopyMode;
+  if (p.share) return in;
+  const Exchange& ex = p.ex;
+  const int64_t out_count = p.zero ? static_cast<int64_t>(in->bytes() / sizeof(T)) : numel(ex.to_block);
+  auto out = cpu::allocate(out_count * sizeof(T));
+  T* dst = data_of<T>(out);
+  const T* src = data_of<T>(in);
+  if (p.zero) {
+    cpu::fill(dst, out_count, T(0));
+    return out;
+  }
+  if (!p.comm) {
+    cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+    return out;
+  }
+  const DType type = dtype_v<T>;
+  const size_t n = ex.members.size();
+  std::shared_ptr<Buffer> send_stage, recv_stage;
+  if (p.send_staging) send_stage = cpu::allocate(p.send_staging * sizeof(T));
+  if (p.recv_staging) recv_stage = cpu::allocate(p.recv_staging * sizeof(T));
+  switch (p.kind) {
+    case StepKind::all_gather: {
+      if (p.recv_direct) {  // own part first, then every other part lands in place
+        cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+        p.comm->all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type);
+        break;
+      }
+      const T* mine = src + p.send_offset;
+      if (!p.send_direct) {
+        cpu::copy_region(src, ex.from_block, data_of<T>(send_stage), ex.keep, ex.keep);
+        mine = data_of<T>(send_stage);
+      }
+      T* stage = data_of<T>(recv_stage);
+      p.comm->all_gatherv(mine, stage, p.recv_counts, p.recv_displs, type);
+      for (size_t j = 0; j < n; ++j) {
+        const Box& part = static_cast<int>(j) == ex.self ? ex.keep : ex.recv[j];
+        cpu::copy_region(stage + p.recv_displs[j], part, dst, ex.to_block, part);
+      }
+      break;
+    }
+    case StepKind::all_to_all:
+    case StepKind::general_exchange: {
+      const T* send = src;
+      if (!p.send_direct) {
+        T* stage = data_of<T>(send_stage);
+        for (size_t j = 0; j < n; ++j)
+          cpu::copy_region(src, ex.from_block, stage + p.send_displs[j], ex.send[j], ex.send[j]);
+        send = stage;
+      }
+      T* recv = p.recv_direct ? dst : (recv_stage ? data_of<T>(recv_stage) : dst);
+      if (ex.reduce) cpu::fill(dst, numel(ex.to_block), T(0));
+      cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep,
+                       ex.reduce ? CopyMode::add : CopyMode::assign);
+      p.comm->all_to_allv(send, p.send_counts, p.send_displs, recv, p.recv_counts, p.recv_displs, type);
+      if (!p.recv_direct)
+        for (size_t j = 0; j < n; ++j)
+          cpu::copy_region(recv + p.recv_displs[j], ex.recv[j], dst, ex.to_block, ex.recv[j],
+                           ex.reduce ? CopyMode::add : CopyMode::assign);
+      break;
+    }
+    case StepKind::reduce_scatter: {
+      const T* send = src + p.send_offset;
+      if (!p.send_direct) {
+        T* stage = data_of<T>(send_stage);
+        for (size_t j = 0; j < n; ++j) {
+          const Box& part = static_cast<int>(j) == ex.self ? ex.keep : ex.send[j];
+          cpu::copy_region(src, ex.from_block, stage + p.send_displs[j], part, part);
+        }
+        send = stage;
+      }
+      p.comm->reduce_scatter(send, dst, p.send_counts, type, ReduceOp::sum);
+      break;
+    }
+    case StepKind::all_reduce:
+      p.comm->all_reduce(src, dst, numel(ex.from_block), type, ReduceOp::sum);
+      break;
+    default:
+      fail("reshard: step ", to_string(p.kind), " cannot run as a collective");
+  }
+  comm_stats().record(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)));
+  return out;
+}
+
+}  // namespace detail
+
+/// `x` laid out by `target` (same mesh): the fewest bytes moved, by the planner's steps.
+template <class T>
+DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target) {
+  detail::check_reshard(x.shape(), x.sharding(), target);
+  if (!x.is_addressable()) return DistArray<T>(x.shape(), target, nullptr);
+  Runtime& rt = Runtime::current();
+  const auto& entry = detail::reshard_programs().get(
+      x.shape(), x.sharding(), target,
+      [&](const ReshardPlan& plan) { return detail::build_program(plan, rt.rank(), rt); });
+  std::shared_ptr<detail::Buffer> piece = x.buffer();
+  for (const auto& step : entry.extra.steps) piece = detail::run_step<T>(step, piece);
+  return DistArray<T>(x.shape(), target, std::move(piece));
+}
+
+/// Same as reshard: JAX's device_put of an array onto a new sharding.
+template <class T>
+DistArray<T> device_put(const DistArray<T>& x, const NamedSharding& target) {
+  return reshard(x, target);
+}
+
+namespace detail {
+
+template <class T>
+std::vector<T> gather_to_host(const DistArray<T>& x) {
+  DAX_CHECK(x.is_addressable(), "to_host: rank ", Runtime::current().rank(), " is not a device of ",
+            to_string(x.sharding().mesh()), " and holds no piece of the array");
+  const DistArray<T> whole = reshard(x, NamedSharding(x.sharding().mesh(), P()));
+  const auto data = whole.local_data();
+  return std::vector<T>(data.begin(), data.end());
+}
+
+}  // namespace detail
+}  // namespace dax

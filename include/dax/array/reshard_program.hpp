@@ -1,0 +1,152 @@
+// A reshard plan made concrete for this rank: per step, its exchange, its communicator and the
+// counts and displacements the collective takes, decided once per plan and cached. Pieces that
+// are contiguous in a buffer go to the collective in place; the rest are packed in one pass.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <dax/comm/communicator.hpp>
+#include <dax/reshard/exchange.hpp>
+#include <dax/reshard/explain.hpp>
+#include <dax/reshard/make_unreduced.hpp>
+#include <dax/reshard/plan_cache.hpp>
+#include <dax/reshard/reduction_axes.hpp>
+#include <dax/runtime/runtime.hpp>
+
+namespace dax::detail {
+
+struct StepProgram {
+  StepKind kind;
+  Exchange ex;
+  Communicator* comm = nullptr;  // null when this device's group is itself alone
+  bool share = false;            // the device keeps its buffer as it is
+  bool zero = false;             // the device ends with zeros (make_unreduced off coordinate 0)
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  bool send_direct = false;      // send regions used in place in the source buffer
+  bool recv_direct = false;      // receive regions land in place in the target buffer
+  int64_t send_offset = 0;       // reduce-scatter / all-gather: where the in-place send starts
+  int64_t send_staging = 0, recv_staging = 0;  // elements of staging each side needs
+  int64_t received = 0;          // elements this device receives (for comm_stats)
+  std::string axes_text;
+};
+
+struct ReshardProgram {
+  std::vector<StepProgram> steps;
+};
+
+/// Displacements of parts laid one after another; returns the elements they take.
+inline int64_t packed(const std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
+  int64_t total = 0;
+  for (size_t j = 0; j < counts.size(); ++j) {
+    displs[j] = total;
+    total += counts[j];
+  }
+  return total;
+}
+
+/// Counts and displacements of `regions` inside `block`: in place when every region is one
+/// contiguous run of the block's buffer, else packed one after another. Returns whether in place.
+inline bool layout(const Box& block, const std::vector<Box>& regions, std::vector<int64_t>& counts,
+                   std::vector<int64_t>& displs, int64_t& staging) {
+  counts.assign(regions.size(), 0);
+  displs.assign(regions.size(), 0);
+  bool direct = true;
+  for (size_t j = 0; j < regions.size(); ++j) {
+    counts[j] = numel(regions[j]);
+    direct = direct && is_contiguous_in(block, regions[j]);
+  }
+  staging = 0;
+  if (!direct) {
+    staging = packed(counts, displs);
+    return false;
+  }
+  for (size_t j = 0; j < regions.size(); ++j) displs[j] = counts[j] ? offset_in(block, regions[j]) : 0;
+  return true;
+}
+
+inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int device, Runtime& rt) {
+  StepProgram p;
+  p.kind = step.kind;
+  p.axes_text = axes_text(step.from.mesh(), step.axes);
+  if (step.kind == StepKind::make_unreduced) {
+    p.share = keeps_value(step, step.from.mesh().coords(device));
+    p.zero = !p.share;
+    return p;
+  }
+  p.ex = exchange_for(shape, step.from, step.to, step.axes, step.reduce_axes, device);
+  const Exchange& ex = p.ex;
+  if (ex.members.size() == 1 || step.kind == StepKind::local_slice) {
+    p.share = ex.from_block == ex.to_block;
+    return p;
+  }
+  p.comm = &rt.group(step.from.mesh(), step.axes);
+  p.received = received_elements(ex);
+  const size_t n = ex.members.size();
+  switch (step.kind) {
+    case StepKind::all_gather: {
+      std::vector<Box> parts(ex.recv);
+      parts[ex.self] = ex.keep;
+      p.recv_direct = layout(ex.to_block, parts, p.recv_counts, p.recv_displs, p.recv_staging);
+      if (!p.recv_direct) {
+        p.send_direct = is_contiguous_in(ex.from_block, ex.keep);
+        p.send_offset = numel(ex.keep) ? offset_in(ex.from_block, ex.keep) : 0;
+        if (!p.send_direct) p.send_staging = numel(ex.keep);
+      }
+      break;
+    }
+    case StepKind::all_to_all:
+    case StepKind::general_exchange:
+      p.send_direct = layout(ex.from_block, ex.send, p.send_counts, p.send_displs, p.send_staging);
+      p.recv_direct = layout(ex.to_block, ex.recv, p.recv_counts, p.recv_displs, p.recv_staging);
+      if (ex.reduce && p.recv_direct) {  // received partials are summed in from staging
+        p.recv_direct = false;
+        p.recv_staging = packed(p.recv_counts, p.recv_displs);
+      }
+      break;
+    case StepKind::reduce_scatter: {
+      std::vector<Box> parts(ex.send);
+      parts[ex.self] = ex.keep;
+      p.send_direct = layout(ex.from_block, parts, p.send_counts, p.send_displs, p.send_staging);
+      // In place only when the parts follow one another in member order.
+      int64_t next = -1;
+      for (size_t j = 0; j < n && p.send_direct; ++j) {
+        if (p.send_counts[j] == 0) continue;
+        if (next >= 0 && p.send_displs[j] != next) p.send_direct = false;
+        if (next < 0) p.send_offset = p.send_displs[j];
+        next = p.send_displs[j] + p.send_counts[j];
+      }
+      if (!p.send_direct) {
+        p.send_staging = packed(p.send_counts, p.send_displs);
+        p.send_offset = 0;
+      }
+      break;
+    }
+    case StepKind::all_reduce: {
+      const int64_t k = static_cast<int64_t>(n);
+      p.received = 2 * (k - 1) * numel(ex.from_block) / k;
+      break;
+    }
+    default: break;
+  }
+  return p;
+}
+
+inline ReshardProgram build_program(const ReshardPlan& plan, int device, Runtime& rt) {
+  ReshardProgram program;
+  for (const auto& step : plan.steps) program.steps.push_back(build_step(plan.shape, step, device, rt));
+  return program;
+}
+
+/// The process's cache of plans with this rank's programs; cleared before MPI shuts down.
+inline PlanCache<ReshardProgram>& reshard_programs() {
+  static PlanCache<ReshardProgram>* cache = [] {
+    auto* c = new PlanCache<ReshardProgram>();
+    Runtime::current().at_shutdown([c] { c->clear(); });
+    return c;
+  }();
+  return *cache;
+}
+
+}  // namespace dax::detail

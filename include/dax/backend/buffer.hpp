@@ -1,0 +1,122 @@
+// Device buffers: a block of a backend's memory, shared by the arrays that view it and handed back
+// to its caching allocator when the last one lets go. The caching policy is the same for every
+// backend; a backend supplies only how to get and return raw memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace dax::detail {
+
+struct AllocatorStats {
+  int64_t system_allocations = 0;  // blocks obtained from the system (malloc / cudaMalloc)
+  int64_t system_frees = 0;
+  int64_t requests = 0;            // blocks handed out, cached or not
+  int64_t bytes_in_use = 0;
+  int64_t bytes_cached = 0;
+};
+
+/// Keeps freed blocks by size class and hands them out again, so a steady-state loop of the same
+/// operations allocates nothing new. `Raw` provides allocate(bytes) and deallocate(ptr, bytes).
+template <class Raw>
+class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Raw>> {
+ public:
+  explicit CachingAllocator(Raw raw = Raw()) : raw_(std::move(raw)) {}
+  ~CachingAllocator() { release_cached(); }
+
+  /// Size classes: multiples of 256 bytes up to 64 KiB, then eighths of a power of two (at most
+  /// 12.5% slack), so recurring sizes land in the same class.
+  static size_t size_class(size_t bytes) {
+    if (bytes <= 65536) return (bytes + 255) / 256 * 256;
+    size_t power = 1;
+    while (power < bytes) power <<= 1;
+    const size_t step = power / 16;
+    return (bytes + step - 1) / step * step;
+  }
+
+  void* allocate(size_t bytes) {
+    const size_t size = size_class(bytes == 0 ? 1 : bytes);
+    std::lock_guard lock(mutex_);
+    ++stats_.requests;
+    stats_.bytes_in_use += static_cast<int64_t>(size);
+    auto& free_list = free_[size];
+    if (!free_list.empty()) {
+      void* p = free_list.back();
+      free_list.pop_back();
+      stats_.bytes_cached -= static_cast<int64_t>(size);
+      return p;
+    }
+    ++stats_.system_allocations;
+    return raw_.allocate(size);
+  }
+
+  void deallocate(void* p, size_t bytes) {
+    const size_t size = size_class(bytes == 0 ? 1 : bytes);
+    std::lock_guard lock(mutex_);
+    stats_.bytes_in_use -= static_cast<int64_t>(size);
+    stats_.bytes_cached += static_cast<int64_t>(size);
+    free_[size].push_back(p);
+  }
+
+  /// Returns every cached block to the system.
+  void release_cached() {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, list] : free_) {
+      for (void* p : list) {
+        raw_.deallocate(p, size);
+        ++stats_.system_frees;
+      }
+      stats_.bytes_cached -= static_cast<int64_t>(size * list.size());
+      list.clear();
+    }
+  }
+
+  AllocatorStats stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  Raw raw_;
+  mutable std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  AllocatorStats stats_;
+};
+
+/// A block of device memory holding one local shard (or a staging area). Returns the block to
+/// its allocator on destruction.
+class Buffer {
+ public:
+  using Release = void (*)(void* owner, void* ptr, size_t bytes);
+  Buffer(void* ptr, size_t bytes, std::shared_ptr<void> owner, Release release)
+      : ptr_(ptr), bytes_(bytes), owner_(std::move(owner)), release_(release) {}
+  ~Buffer() {
+    if (ptr_) release_(owner_.get(), ptr_, bytes_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_;
+  size_t bytes_;
+  std::shared_ptr<void> owner_;  // keeps the allocator alive while the block is out
+  Release release_;
+};
+
+/// A buffer from `allocator` that goes back to it when released.
+template <class Allocator>
+std::shared_ptr<Buffer> make_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
+  void* p = allocator->allocate(bytes);
+  return std::make_shared<Buffer>(p, bytes, allocator, [](void* owner, void* ptr, size_t n) {
+    static_cast<Allocator*>(owner)->deallocate(ptr, n);
+  });
+}
+
+}  // namespace dax::detail

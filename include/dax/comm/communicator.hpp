@@ -1,0 +1,39 @@
+// The collective interface dax moves data through, one instance per mesh-axis group. Buffers are
+// in the backend's memory; counts and displacements are in elements. Implementations: MPI (here)
+// and NCCL (backend/cuda, later), chosen by the runtime.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <dax/core/dtype.hpp>
+
+namespace dax::detail {
+
+enum class ReduceOp { sum, prod, max, min };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// Every member's `counts[j]` elements land at `recv + displs[j]`; `send` == nullptr means the
+  /// caller's own part is already in place in `recv`.
+  virtual void all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
+                           const std::vector<int64_t>& displs, DType type) = 0;
+  virtual void all_to_allv(const void* send, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& send_displs, void* recv,
+                           const std::vector<int64_t>& recv_counts,
+                           const std::vector<int64_t>& recv_displs, DType type) = 0;
+  /// `send` holds every member's part in member order; member j keeps the reduction of part j.
+  virtual void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts,
+                              DType type, ReduceOp op) = 0;
+  virtual void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) = 0;
+  virtual void broadcast(void* data, int64_t count, DType type, int root) = 0;
+  virtual void barrier() = 0;
+  /// Small host-side metadata from every member (for checks that must fail on all ranks alike).
+  virtual std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) = 0;
+};
+
+}  // namespace dax::detail

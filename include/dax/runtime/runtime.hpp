@@ -1,0 +1,136 @@
+// dax::Runtime: starts MPI (unless the program already did), picks the backend, binds meshes to
+// ranks (device id = rank in the world) and owns one communicator per mesh-axis group, created on
+// first use and cached. Shuts everything down in its destructor.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include <dax/comm/mpi_communicator.hpp>
+#include <dax/core/error.hpp>
+#include <dax/runtime/backend.hpp>
+#include <dax/sharding/mesh.hpp>
+
+namespace dax {
+
+class Runtime;
+
+namespace detail {
+inline Runtime*& current_runtime() {
+  static Runtime* rt = nullptr;
+  return rt;
+}
+}  // namespace detail
+
+class Runtime {
+ public:
+  Runtime() : Runtime(nullptr, nullptr) {}
+  Runtime(int& argc, char**& argv) : Runtime(&argc, &argv) {}
+
+  ~Runtime() {
+    for (auto& hook : shutdown_hooks_) hook();
+    groups_.clear();
+    world_.reset();
+    if (owns_mpi_) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    }
+    detail::current_runtime() = nullptr;
+  }
+
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Backend backend() const { return backend_; }
+
+  /// The runtime the program created.
+  static Runtime& current() {
+    Runtime* rt = detail::current_runtime();
+    DAX_CHECK(rt != nullptr, "dax: no dax::Runtime is alive; create one first "
+              "(dax::Runtime rt(argc, argv);)");
+    return *rt;
+  }
+
+  /// Throws unless every device of `mesh` is a rank of the world.
+  void check_mesh(const Mesh& mesh) const {
+    int largest = -1;
+    for (int d : mesh.devices()) largest = d > largest ? d : largest;
+    DAX_CHECK(largest < size_, to_string(mesh), " needs ", mesh.size(), " devices (ids up to ",
+              largest, ") but the world has ", size_, " rank", size_ == 1 ? "" : "s",
+              ": launch with mpirun -np ", largest + 1, " or use a smaller mesh");
+  }
+
+  /// This rank's communicator over the mesh axes `axes` (ascending): the devices that share its
+  /// coordinates on every other axis, ranked by their coordinates on `axes` in mesh order.
+  /// Collective over those devices the first time; cached after.
+  detail::Communicator& group(const Mesh& mesh, const std::vector<int>& axes) {
+    auto key = std::make_tuple(mesh.shape(), mesh.devices(), axes);
+    auto it = groups_.find(key);
+    if (it != groups_.end()) return *it->second;
+    check_mesh(mesh);
+    std::vector<int> members = members_of(mesh, axes);
+    MPI_Group world_group = MPI_GROUP_NULL, sub_group = MPI_GROUP_NULL;
+    detail::mpi_check(MPI_Comm_group(world_->native(), &world_group), "MPI_Comm_group");
+    detail::mpi_check(MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &sub_group),
+                      "MPI_Group_incl");
+    MPI_Comm comm = MPI_COMM_NULL;
+    const int rc = MPI_Comm_create_group(world_->native(), sub_group, 0, &comm);
+    MPI_Group_free(&sub_group);
+    MPI_Group_free(&world_group);
+    detail::mpi_check(rc, "MPI_Comm_create_group");
+    auto [pos, inserted] = groups_.emplace(std::move(key), std::make_unique<detail::MpiCommunicator>(comm));
+    return *pos->second;
+  }
+
+  /// The communicator of every device of the mesh.
+  detail::Communicator& mesh_group(const Mesh& mesh) {
+    std::vector<int> all(mesh.num_axes());
+    for (int a = 0; a < mesh.num_axes(); ++a) all[a] = a;
+    return group(mesh, all);
+  }
+
+  /// Runs `hook` before the runtime shuts MPI down (caches holding communicators clear themselves).
+  void at_shutdown(std::function<void()> hook) { shutdown_hooks_.push_back(std::move(hook)); }
+
+ private:
+  Runtime(int* argc, char*** argv) {
+    DAX_CHECK(detail::current_runtime() == nullptr, "dax: a dax::Runtime is already alive; create one per process");
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      detail::mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      owns_mpi_ = true;
+    }
+    MPI_Comm world = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+    world_ = std::make_unique<detail::MpiCommunicator>(world);
+    rank_ = world_->rank();
+    size_ = world_->size();
+    backend_ = detail::choose_backend();
+    detail::current_runtime() = this;
+  }
+
+  std::vector<int> members_of(const Mesh& mesh, const std::vector<int>& axes) const {
+    DAX_CHECK(mesh.contains(rank_), "dax: rank ", rank_, " is not a device of ", to_string(mesh),
+              " and cannot take part in its collectives");
+    return detail::group_members(mesh, axes, rank_);
+  }
+
+  bool owns_mpi_ = false;
+  int rank_ = 0, size_ = 1;
+  Backend backend_ = Backend::cpu;
+  std::unique_ptr<detail::MpiCommunicator> world_;
+  std::map<std::tuple<Shape, std::vector<int>, std::vector<int>>, std::unique_ptr<detail::Communicator>> groups_;
+  std::vector<std::function<void()>> shutdown_hooks_;
+};
+
+}  // namespace dax

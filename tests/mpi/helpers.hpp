@@ -1,0 +1,68 @@
+// Shared pieces of the multi-rank tests: random meshes that fit the world, random shardings, and
+// the same random data on every rank (one seed), so each rank can compute what it expects.
+#pragma once
+
+#include <random>
+#include <vector>
+
+#include <dax/dax.hpp>
+#include "../common/meshes.hpp"
+
+namespace dax::test {
+
+inline int world_size() { return Runtime::current().size(); }
+inline int world_rank() { return Runtime::current().rank(); }
+
+/// The meshes of all_meshes() that fit in the world.
+inline std::vector<Mesh> meshes_that_fit() {
+  std::vector<Mesh> out;
+  for (const Mesh& m : all_meshes()) {
+    int largest = 0;
+    for (int d : m.devices()) largest = std::max(largest, d);
+    if (largest < world_size()) out.push_back(m);
+  }
+  return out;
+}
+
+template <class T>
+std::vector<T> random_values(int64_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int> dist(-100, 100);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(rng));
+  return v;
+}
+
+/// The elements of `global` (row-major over `shape`) inside `box`.
+template <class T>
+std::vector<T> slice_of(const std::vector<T>& global, const Shape& shape, const Box& box) {
+  std::vector<T> out;
+  out.reserve(numel(box));
+  if (numel(box) == 0) return out;
+  std::vector<int64_t> idx(box.size());
+  for (size_t i = 0; i < box.size(); ++i) idx[i] = box[i].start;
+  while (true) {
+    int64_t flat = 0;
+    for (size_t i = 0; i < box.size(); ++i) flat = flat * shape[i] + idx[i];
+    out.push_back(global[flat]);
+    size_t i = box.size();
+    while (i > 0 && ++idx[i - 1] == box[i - 1].stop) {
+      idx[i - 1] = box[i - 1].start;
+      --i;
+    }
+    if (i == 0) break;
+  }
+  return out;
+}
+
+/// Runs `f` and returns the dax::Error message it threw ("(no error)" if none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const dax::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace dax::test
