@@ -1,0 +1,28 @@
+# Sourced by quickstart.sh and test.sh: installs what is missing (Debian packages, when root),
+# then configures and builds dax in ./build. Afterwards $DAX_BUILD names the build directory.
+set -euo pipefail
+DAX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DAX_BUILD=${DAX_BUILD:-$DAX_ROOT/build}
+packages="openmpi-bin libopenmpi-dev catch2 libeigen3-dev libopenblas-dev"
+
+missing=""
+command -v mpicxx >/dev/null 2>&1 || missing="yes"
+command -v mpiexec >/dev/null 2>&1 || missing="yes"
+[ -f /usr/include/catch2/catch.hpp ] || missing="yes"
+[ -d /usr/include/eigen3 ] || missing="yes"
+[ -e /usr/lib/x86_64-linux-gnu/libopenblas.so ] || [ -e /usr/lib/aarch64-linux-gnu/libopenblas.so ] || missing="yes"
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "dax: installing $packages"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null
+  else
+    echo "dax: missing build dependencies; install them with:"
+    echo "  sudo apt-get install -y $packages"
+    exit 1
+  fi
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S "$DAX_ROOT" -B "$DAX_BUILD" -DCMAKE_BUILD_TYPE=Release ${DAX_CMAKE_ARGS:-} >/dev/null
+cmake --build "$DAX_BUILD" -j "$jobs" ${DAX_TARGETS:+--target $DAX_TARGETS}

@@ -1,0 +1,23 @@
+// The whole library compiled by nvcc, and a first look at the GPU: skips (exit 77) without one.
+// The CUDA backend's own tests join this directory with the CUDA issue.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include <dax/dax.hpp>
+
+int main(int argc, char** argv) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    std::printf("SKIPPED: no CUDA device visible; the CUDA tests need a GPU\n");
+    return 77;
+  }
+  dax::Runtime rt(argc, argv);
+  dax::Mesh mesh({rt.size()}, {"x"});
+  const auto x = dax::arange<float>({8, 4}, dax::NamedSharding(mesh, dax::P("x")));
+  const auto host = dax::reshard(x, dax::NamedSharding(mesh, dax::P())).to_host();
+  for (int i = 0; i < 32; ++i)
+    if (host[i] != float(i)) return 1;
+  std::printf("%d GPU(s) visible; dax (CPU backend for now) ran under nvcc\n", gpus);
+  return 0;
+}
