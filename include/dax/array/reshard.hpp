@@ -35,6 +35,7 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
   using cpu::CopyMode;
   if (p.share) return in;
   const Exchange& ex = p.ex;
+  if (p.view) return make_view(in, p.view_offset * sizeof(T), numel(ex.to_block) * sizeof(T));
   const int64_t out_count = p.zero ? static_cast<int64_t>(in->bytes() / sizeof(T)) : numel(ex.to_block);
   auto out = cpu::allocate(out_count * sizeof(T));
   T* dst = data_of<T>(out);
@@ -59,21 +60,17 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
         p.comm->all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type);
         break;
       }
-      const T* mine = src + p.send_offset;
-      if (!p.send_direct) {
-        cpu::copy_region(src, ex.from_block, data_of<T>(send_stage), ex.keep, ex.keep);
-        mine = data_of<T>(send_stage);
-      }
-      T* stage = data_of<T>(recv_stage);
-      p.comm->all_gatherv(mine, stage, p.recv_counts, p.recv_displs, type);
-      for (size_t j = 0; j < n; ++j) {
-        const Box& part = static_cast<int>(j) == ex.self ? ex.keep : ex.recv[j];
-        cpu::copy_region(stage + p.recv_displs[j], part, dst, ex.to_block, part);
-      }
+      cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+      p.comm->exchange(*p.prepared, src, dst);
       break;
     }
     case StepKind::all_to_all:
     case StepKind::general_exchange: {
+      if (p.prepared) {
+        cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+        p.comm->exchange(*p.prepared, src, dst);
+        break;
+      }
       const T* send = src;
       if (!p.send_direct) {
         T* stage = data_of<T>(send_stage);
@@ -124,8 +121,8 @@ DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target) {
   if (!x.is_addressable()) return DistArray<T>(x.shape(), target, nullptr);
   Runtime& rt = Runtime::current();
   const auto& entry = detail::reshard_programs().get(
-      x.shape(), x.sharding(), target,
-      [&](const ReshardPlan& plan) { return detail::build_program(plan, rt.rank(), rt); });
+      x.shape(), x.sharding(), target, sizeof(T),
+      [&](const ReshardPlan& plan) { return detail::build_program(plan, rt.rank(), sizeof(T), rt); });
   std::shared_ptr<detail::Buffer> piece = x.buffer();
   for (const auto& step : entry.extra.steps) piece = detail::run_step<T>(step, piece);
   return DistArray<T>(x.shape(), target, std::move(piece));

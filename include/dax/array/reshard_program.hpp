@@ -22,6 +22,8 @@ struct StepProgram {
   Exchange ex;
   Communicator* comm = nullptr;  // null when this device's group is itself alone
   bool share = false;            // the device keeps its buffer as it is
+  bool view = false;             // the new piece is a contiguous run of the old one: no copy
+  int64_t view_offset = 0;
   bool zero = false;             // the device ends with zeros (make_unreduced off coordinate 0)
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
   bool send_direct = false;      // send regions used in place in the source buffer
@@ -29,6 +31,7 @@ struct StepProgram {
   int64_t send_offset = 0;       // reduce-scatter / all-gather: where the in-place send starts
   int64_t send_staging = 0, recv_staging = 0;  // elements of staging each side needs
   int64_t received = 0;          // elements this device receives (for comm_stats)
+  std::shared_ptr<PreparedExchange> prepared;  // strided regions sent and received in place
   std::string axes_text;
 };
 
@@ -66,7 +69,19 @@ inline bool layout(const Box& block, const std::vector<Box>& regions, std::vecto
   return true;
 }
 
-inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int device, Runtime& rt) {
+/// Whether every member of this device's group sends and receives only contiguous runs. The
+/// group must agree on it: it decides which collective they all call.
+inline bool group_is_contiguous(const Shape& shape, const ReshardStep& step, const Exchange& ex) {
+  for (int member : ex.members) {
+    const Exchange m = exchange_for(shape, step.from, step.to, step.axes, step.reduce_axes, member);
+    for (size_t j = 0; j < m.members.size(); ++j)
+      if (!is_contiguous_in(m.from_block, m.send[j]) || !is_contiguous_in(m.to_block, m.recv[j])) return false;
+  }
+  return true;
+}
+
+inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int device, int64_t item_bytes,
+                              Runtime& rt) {
   StepProgram p;
   p.kind = step.kind;
   p.axes_text = axes_text(step.from.mesh(), step.axes);
@@ -79,6 +94,8 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
   const Exchange& ex = p.ex;
   if (ex.members.size() == 1 || step.kind == StepKind::local_slice) {
     p.share = ex.from_block == ex.to_block;
+    p.view = !p.share && is_contiguous_in(ex.from_block, ex.to_block);
+    p.view_offset = p.view && numel(ex.to_block) ? offset_in(ex.from_block, ex.to_block) : 0;
     return p;
   }
   p.comm = &rt.group(step.from.mesh(), step.axes);
@@ -88,11 +105,11 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
     case StepKind::all_gather: {
       std::vector<Box> parts(ex.recv);
       parts[ex.self] = ex.keep;
-      p.recv_direct = layout(ex.to_block, parts, p.recv_counts, p.recv_displs, p.recv_staging);
-      if (!p.recv_direct) {
-        p.send_direct = is_contiguous_in(ex.from_block, ex.keep);
-        p.send_offset = numel(ex.keep) ? offset_in(ex.from_block, ex.keep) : 0;
-        if (!p.send_direct) p.send_staging = numel(ex.keep);
+      p.recv_direct = layout(ex.to_block, parts, p.recv_counts, p.recv_displs, p.recv_staging) &&
+                      group_is_contiguous(shape, step, ex);
+      if (!p.recv_direct) {  // strided parts go by derived datatypes, straight into place
+        p.recv_staging = 0;
+        p.prepared = p.comm->prepare_exchange(ex.from_block, ex.send, ex.to_block, ex.recv, item_bytes);
       }
       break;
     }
@@ -103,6 +120,10 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
       if (ex.reduce && p.recv_direct) {  // received partials are summed in from staging
         p.recv_direct = false;
         p.recv_staging = packed(p.recv_counts, p.recv_displs);
+      }
+      if (!ex.reduce && !group_is_contiguous(shape, step, ex)) {  // strided: derived datatypes, no staging
+        p.send_staging = p.recv_staging = 0;
+        p.prepared = p.comm->prepare_exchange(ex.from_block, ex.send, ex.to_block, ex.recv, item_bytes);
       }
       break;
     case StepKind::reduce_scatter: {
@@ -133,9 +154,9 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
   return p;
 }
 
-inline ReshardProgram build_program(const ReshardPlan& plan, int device, Runtime& rt) {
+inline ReshardProgram build_program(const ReshardPlan& plan, int device, int64_t item_bytes, Runtime& rt) {
   ReshardProgram program;
-  for (const auto& step : plan.steps) program.steps.push_back(build_step(plan.shape, step, device, rt));
+  for (const auto& step : plan.steps) program.steps.push_back(build_step(plan.shape, step, device, item_bytes, rt));
   return program;
 }
 

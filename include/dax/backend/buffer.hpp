@@ -119,4 +119,10 @@ std::shared_ptr<Buffer> make_buffer(const std::shared_ptr<Allocator>& allocator,
   });
 }
 
+/// A view of `bytes` bytes at `offset` inside `parent`, keeping it alive; frees nothing itself.
+inline std::shared_ptr<Buffer> make_view(const std::shared_ptr<Buffer>& parent, size_t offset, size_t bytes) {
+  return std::make_shared<Buffer>(static_cast<char*>(parent->data()) + offset, bytes, parent,
+                                  [](void*, void*, size_t) {});
+}
+
 }  // namespace dax::detail

@@ -4,13 +4,21 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <dax/core/dtype.hpp>
+#include <dax/core/shape.hpp>
 
 namespace dax::detail {
 
 enum class ReduceOp { sum, prod, max, min };
+
+/// A region exchange made ready once (MPI: derived datatypes), run many times.
+class PreparedExchange {
+ public:
+  virtual ~PreparedExchange() = default;
+};
 
 class Communicator {
  public:
@@ -32,6 +40,13 @@ class Communicator {
   virtual void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) = 0;
   virtual void broadcast(void* data, int64_t count, DType type, int root) = 0;
   virtual void barrier() = 0;
+  /// Sends member j the region `send[j]` of the caller's piece `send_block` and receives region
+  /// `recv[j]` of its piece `recv_block` from member j, straight between the two row-major
+  /// buffers, strided or not (the caller's own entries are left out). Prepared once per plan.
+  virtual std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
+                                                             const Box& recv_block, const std::vector<Box>& recv,
+                                                             int64_t item_bytes) = 0;
+  virtual void exchange(const PreparedExchange& prepared, const void* send, void* recv) = 0;
   /// Small host-side metadata from every member (for checks that must fail on all ranks alike).
   virtual std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) = 0;
 };

@@ -13,6 +13,7 @@ namespace dax::detail {
 struct PlanKey {
   Shape shape;
   NamedSharding src, dst;
+  int64_t item_bytes;  // the plan does not depend on it; what is built beside it may
   friend bool operator==(const PlanKey&, const PlanKey&) = default;
 };
 
@@ -21,6 +22,7 @@ struct PlanKeyHash {
     size_t h = k.src.hash();
     hash_combine(h, k.dst.hash());
     for (int64_t d : k.shape) hash_into(h, d);
+    hash_into(h, k.item_bytes);
     return h;
   }
 };
@@ -36,9 +38,9 @@ class PlanCache {
   };
 
   template <class MakeExtra>
-  const Entry& get(const Shape& shape, const NamedSharding& src, const NamedSharding& dst,
+  const Entry& get(const Shape& shape, const NamedSharding& src, const NamedSharding& dst, int64_t item_bytes,
                    MakeExtra&& make_extra) {
-    PlanKey key{shape, src, dst};
+    PlanKey key{shape, src, dst, item_bytes};
     std::lock_guard lock(mutex_);
     auto it = entries_.find(key);
     if (it == entries_.end()) {
