@@ -4,30 +4,10 @@
 #include <random>
 
 #include <dax/backend/cpu/copy.hpp>
+#include "../common/simulate.hpp"
 
-namespace {
-
-// Row-major offset of global index `idx` inside `block`.
-int64_t at(const dax::Box& block, const std::vector<int64_t>& idx) {
-  int64_t off = 0;
-  for (size_t i = 0; i < block.size(); ++i) off = off * block[i].size() + (idx[i] - block[i].start);
-  return off;
-}
-
-template <class F>
-void for_each_index(const dax::Box& box, F&& f) {
-  if (dax::numel(box) == 0) return;
-  std::vector<int64_t> idx(box.size());
-  for (size_t i = 0; i < box.size(); ++i) idx[i] = box[i].start;
-  while (true) {
-    f(idx);
-    size_t i = box.size();
-    while (i > 0 && ++idx[i - 1] == box[i - 1].stop) { idx[i - 1] = box[i - 1].start; --i; }
-    if (i == 0) return;
-  }
-}
-
-}  // namespace
+using dax::test::for_each_index;
+using dax::test::offset;
 
 TEST_CASE("copy_region copies and adds any region between any two pieces", "[backend][cpu]") {
   std::mt19937 rng(7);
@@ -48,8 +28,8 @@ TEST_CASE("copy_region copies and adds any region between any two pieces", "[bac
       std::vector<double> got = dst, want = dst;
       dax::detail::cpu::copy_region(src.data(), src_block, got.data(), dst_block, region, mode);
       for_each_index(region, [&](const std::vector<int64_t>& idx) {
-        const double v = src[at(src_block, idx)];
-        double& w = want[at(dst_block, idx)];
+        const double v = src[offset(src_block, idx)];
+        double& w = want[offset(dst_block, idx)];
         w = mode == dax::detail::cpu::CopyMode::add ? w + v : v;
       });
       REQUIRE(got == want);
