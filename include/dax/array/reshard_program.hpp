@@ -28,7 +28,7 @@ struct StepProgram {
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
   bool send_direct = false;      // send regions used in place in the source buffer
   bool recv_direct = false;      // receive regions land in place in the target buffer
-  int64_t send_offset = 0;       // reduce-scatter / all-gather: where the in-place send starts
+  int64_t send_offset = 0;       // reduce-scatter: where the in-place send starts
   int64_t send_staging = 0, recv_staging = 0;  // elements of staging each side needs
   int64_t received = 0;          // elements this device receives (for comm_stats)
   std::shared_ptr<PreparedExchange> prepared;  // strided regions sent and received in place

@@ -13,7 +13,7 @@
 namespace dax::detail {
 
 struct AllocatorStats {
-  int64_t system_allocations = 0;  // blocks obtained from the system (malloc / cudaMalloc)
+  int64_t system_allocations = 0;  // blocks obtained from the backend's raw memory
   int64_t system_frees = 0;
   int64_t requests = 0;            // blocks handed out, cached or not
   int64_t bytes_in_use = 0;
