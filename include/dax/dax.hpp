@@ -15,3 +15,6 @@
 #include <dax/comm/comm_stats.hpp>
 #include <dax/debug/explain.hpp>
 #include <dax/debug/visualize.hpp>
+#include <dax/ops/elementwise.hpp>
+#include <dax/ops/reduction.hpp>
+#include <dax/ops/matmul.hpp>

@@ -1,0 +1,53 @@
+// Local GEMM through Eigen (which hands float and double products to an optimized BLAS when the
+// program defines EIGEN_USE_BLAS), batched with broadcasting batch dimensions.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <vector>
+
+#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/core/shape.hpp>
+
+namespace dax::detail::cpu {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// c = a @ b for row-major a (m x k), b (k x n), c (m x n).
+template <class T>
+void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
+  Eigen::Map<RowMajor<T>> cm(c, m, n);
+  if (k == 0) {
+    cm.setZero();
+    return;
+  }
+  cm.noalias() = Eigen::Map<const RowMajor<T>>(a, m, k) * Eigen::Map<const RowMajor<T>>(b, k, n);
+}
+
+/// Batched: a (batch_a..., m, k), b (batch_b..., k, n), c (batch..., m, n), batch dims broadcast.
+template <class T>
+void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape) {
+  const size_t ra = a_shape.size(), rb = b_shape.size(), rc = c_shape.size();
+  const int64_t m = c_shape[rc - 2], n = c_shape[rc - 1], k = a_shape[ra - 1];
+  const Shape batch(c_shape.begin(), c_shape.end() - 2);
+  const Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
+  const auto sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
+  const int64_t count = numel(batch);
+  std::vector<int64_t> idx(batch.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    gemm(a + oa * m * k, b + ob * k * n, c + i * m * n, m, k, n);
+    for (size_t d = batch.size(); d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace dax::detail::cpu

@@ -1,0 +1,195 @@
+// Elementwise ops on DistArrays, with NumPy broadcasting between arrays and with scalars: each
+// call looks up its cached sharding rule, reshards the operands that must move, and runs one
+// broadcasting kernel over this rank's piece of the output.
+#pragma once
+
+#include <cmath>
+#include <tuple>
+#include <utility>
+#include <type_traits>
+
+#include <dax/array/creation.hpp>
+#include <dax/array/reshard.hpp>
+#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/ops/elementwise_rule.hpp>
+#include <dax/ops/rule_cache.hpp>
+
+namespace dax {
+namespace detail {
+
+inline RuleCache<ElementwiseRule>& elementwise_rules() {
+  static RuleCache<ElementwiseRule> cache;
+  return cache;
+}
+
+template <class T>
+DistArray<T> moved_to(const DistArray<T>& x, const NamedSharding& s) {
+  return x.sharding() == s ? x : reshard(x, s);
+}
+
+/// out = f(xs...) elementwise, broadcasting, under the elementwise sharding rule.
+template <class Out, class F, class... T>
+DistArray<Out> map(Linearity linearity, F&& f, const DistArray<T>&... xs) {
+  const ElementwiseRule& rule = elementwise_rules().get(
+      RuleKey{static_cast<int>(linearity), {xs.shape()...}, {xs.sharding()...}, {}},
+      [&] { return elementwise_rule({xs.shape()...}, {xs.sharding()...}, linearity); });
+  // Operands moved to the rule's shardings (in order: argument evaluation order is unspecified).
+  const auto moved = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::make_tuple(moved_to(xs, rule.inputs[I])...);
+  }(std::index_sequence_for<T...>{});
+  Runtime& rt = Runtime::current();
+  if (!rule.output.mesh().contains(rt.rank())) return DistArray<Out>(rule.out_shape, rule.output, nullptr);
+  const Shape local = box_shape(rule.output.device_indices(rt.rank(), rule.out_shape));
+  auto buffer = cpu::allocate(numel(local) * sizeof(Out));
+  std::apply(
+      [&](const auto&... m) {
+        cpu::broadcast_map(static_cast<Out*>(buffer->data()), local,
+                           {cpu::broadcast_strides(m.local_shape(), local)...}, f, m.local_data().data()...);
+      },
+      moved);
+  return DistArray<Out>(rule.out_shape, rule.output, std::move(buffer));
+}
+
+}  // namespace detail
+
+// ---- binary ops between arrays ----
+template <class T> DistArray<T> add(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::additive, [](T x, T y) { return T(x + y); }, a, b);
+}
+template <class T> DistArray<T> subtract(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::additive, [](T x, T y) { return T(x - y); }, a, b);
+}
+template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::scaling, [](T x, T y) { return T(x * y); }, a, b);
+}
+template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::scaling, [](T x, T y) { return T(x / y); }, a, b);
+}
+template <class T> DistArray<T> pow(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::none, [](T x, T y) { return T(std::pow(x, y)); }, a, b);
+}
+template <class T> DistArray<T> maximum(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::none, [](T x, T y) { return x > y ? x : y; }, a, b);
+}
+template <class T> DistArray<T> minimum(const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::none, [](T x, T y) { return x < y ? x : y; }, a, b);
+}
+
+template <class T> DistArray<T> operator+(const DistArray<T>& a, const DistArray<T>& b) { return add(a, b); }
+template <class T> DistArray<T> operator-(const DistArray<T>& a, const DistArray<T>& b) { return subtract(a, b); }
+template <class T> DistArray<T> operator*(const DistArray<T>& a, const DistArray<T>& b) { return multiply(a, b); }
+template <class T> DistArray<T> operator/(const DistArray<T>& a, const DistArray<T>& b) { return divide(a, b); }
+
+// ---- comparisons: DistArray<bool> ----
+#define DAX_COMPARISON(name, op)                                                                 \
+  template <class T>                                                                             \
+  DistArray<bool> name(const DistArray<T>& a, const DistArray<T>& b) {                           \
+    return detail::map<bool>(detail::Linearity::none, [](T x, T y) { return x op y; }, a, b);   \
+  }                                                                                              \
+  template <class T>                                                                             \
+  DistArray<bool> operator op(const DistArray<T>& a, const DistArray<T>& b) { return name(a, b); }
+DAX_COMPARISON(equal, ==)
+DAX_COMPARISON(not_equal, !=)
+DAX_COMPARISON(less, <)
+DAX_COMPARISON(less_equal, <=)
+DAX_COMPARISON(greater, >)
+DAX_COMPARISON(greater_equal, >=)
+#undef DAX_COMPARISON
+
+/// cond ? a : b, elementwise, broadcasting all three.
+template <class T>
+DistArray<T> where(const DistArray<bool>& cond, const DistArray<T>& a, const DistArray<T>& b) {
+  return detail::map<T>(detail::Linearity::none, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
+}
+
+/// The array converted elementwise to U.
+template <class U, class T>
+DistArray<U> astype(const DistArray<T>& x) {
+  return detail::map<U>(detail::Linearity::none, [](T v) { return static_cast<U>(v); }, x);
+}
+
+// ---- with scalars ----
+template <class T, class S>
+concept Scalar = std::is_arithmetic_v<S> && !std::is_same_v<S, bool>;
+
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator+(const DistArray<T>& a, S s) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(x + v); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator+(S s, const DistArray<T>& a) { return a + s; }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator-(const DistArray<T>& a, S s) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(x - v); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator-(S s, const DistArray<T>& a) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(v - x); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator*(const DistArray<T>& a, S s) {  // exact on partial sums: stays unreduced
+  return detail::map<T>(detail::Linearity::scaling, [v = T(s)](T x) { return T(x * v); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator*(S s, const DistArray<T>& a) { return a * s; }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator/(const DistArray<T>& a, S s) {
+  return detail::map<T>(detail::Linearity::scaling, [v = T(s)](T x) { return T(x / v); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator/(S s, const DistArray<T>& a) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(v / x); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> pow(const DistArray<T>& a, S s) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(std::pow(x, v)); }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> maximum(const DistArray<T>& a, S s) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return x > v ? x : v; }, a);
+}
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> minimum(const DistArray<T>& a, S s) {
+  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return x < v ? x : v; }, a);
+}
+
+// ---- in place: the name rebinds to the result (arrays are immutable values) ----
+template <class T, class B> DistArray<T>& operator+=(DistArray<T>& a, const B& b) { return a = a + b; }
+template <class T, class B> DistArray<T>& operator-=(DistArray<T>& a, const B& b) { return a = a - b; }
+template <class T, class B> DistArray<T>& operator*=(DistArray<T>& a, const B& b) { return a = a * b; }
+template <class T, class B> DistArray<T>& operator/=(DistArray<T>& a, const B& b) { return a = a / b; }
+
+// ---- unary ----
+template <class T> DistArray<T> neg(const DistArray<T>& x) {
+  return detail::map<T>(detail::Linearity::additive, [](T v) { return T(-v); }, x);
+}
+template <class T> DistArray<T> operator-(const DistArray<T>& x) { return neg(x); }
+template <class T> DistArray<T> abs(const DistArray<T>& x) {
+  return detail::map<T>(detail::Linearity::none, [](T v) { return v < T(0) ? T(-v) : v; }, x);
+}
+template <class T> DistArray<T> square(const DistArray<T>& x) {
+  return detail::map<T>(detail::Linearity::none, [](T v) { return T(v * v); }, x);
+}
+template <class T> DistArray<T> relu(const DistArray<T>& x) {
+  return detail::map<T>(detail::Linearity::none, [](T v) { return v > T(0) ? v : T(0); }, x);
+}
+
+#define DAX_FLOAT_UNARY(name, expr)                                                         \
+  template <class T>                                                                        \
+    requires std::is_floating_point_v<T>                                                    \
+  DistArray<T> name(const DistArray<T>& x) {                                                \
+    return detail::map<T>(detail::Linearity::none, [](T v) { return T(expr); }, x);         \
+  }
+DAX_FLOAT_UNARY(exp, std::exp(v))
+DAX_FLOAT_UNARY(log, std::log(v))
+DAX_FLOAT_UNARY(sqrt, std::sqrt(v))
+DAX_FLOAT_UNARY(rsqrt, T(1) / std::sqrt(v))
+DAX_FLOAT_UNARY(sin, std::sin(v))
+DAX_FLOAT_UNARY(cos, std::cos(v))
+DAX_FLOAT_UNARY(tanh, std::tanh(v))
+DAX_FLOAT_UNARY(sigmoid, T(1) / (T(1) + std::exp(-v)))
+// The tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+DAX_FLOAT_UNARY(gelu, T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))))
+#undef DAX_FLOAT_UNARY
+
+}  // namespace dax

@@ -1,0 +1,118 @@
+// matmul for 1-d, 2-d and batched (..., M, K) @ (..., K, N) with broadcast batch dimensions, dot
+// and outer. The rule picks the cheapest way to split the work (see matmul_rule.hpp); operands
+// move to its layouts, each device multiplies its pieces, and the local products (partial sums
+// when K is split) are brought to the result's sharding.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <dax/array/reshard.hpp>
+#include <dax/backend/cpu/gemm.hpp>
+#include <dax/ops/elementwise.hpp>
+#include <dax/ops/matmul_rule.hpp>
+#include <dax/ops/rule_cache.hpp>
+
+namespace dax {
+namespace detail {
+
+inline RuleCache<MatmulRule>& matmul_rules() {
+  static RuleCache<MatmulRule> cache;
+  return cache;
+}
+
+/// The same data under another shape and sharding (only for inserting or dropping dimensions of
+/// size 1 that no mesh axis splits: the local piece's bytes are unchanged).
+template <class T>
+DistArray<T> relabel(const DistArray<T>& x, Shape shape, NamedSharding sharding) {
+  return DistArray<T>(std::move(shape), std::move(sharding), x.buffer());
+}
+
+/// x with a dimension of 1 inserted at `dim`, unsplit.
+template <class T>
+DistArray<T> insert_unit_dim(const DistArray<T>& x, size_t dim) {
+  Shape shape = x.shape();
+  shape.insert(shape.begin() + dim, 1);
+  auto dims = dims_of(x.sharding(), x.ndim());
+  dims.insert(dims.begin() + dim, std::vector<int>{});
+  return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
+}
+
+/// x without its unsplit dimension of 1 at `dim`.
+template <class T>
+DistArray<T> drop_unit_dim(const DistArray<T>& x, size_t dim) {
+  Shape shape = x.shape();
+  shape.erase(shape.begin() + dim);
+  auto dims = dims_of(x.sharding(), x.ndim());
+  dims.erase(dims.begin() + dim);
+  return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
+}
+
+template <class T>
+const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
+                                  const std::optional<NamedSharding>& out, bool a_vector, bool b_vector) {
+  RuleKey key{2000 + a_vector + 2 * b_vector, {a.shape(), b.shape()}, {a.sharding(), b.sharding()}, {}};
+  if (out) key.shardings.push_back(*out);
+  return matmul_rules().get(std::move(key), [&] {
+    return matmul_rule(a.shape(), a.sharding(), b.shape(), b.sharding(), out, a_vector, b_vector);
+  });
+}
+
+template <class T>
+DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
+                       bool a_vector, bool b_vector) {
+  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector);
+  const MatmulCandidate& c = rule.best();
+  const DistArray<T> am = moved_to(a, c.a), bm = moved_to(b, c.b);
+  Runtime& rt = Runtime::current();
+  if (!am.is_addressable()) return DistArray<T>(rule.out_shape, rule.target, nullptr);
+  const Shape local = box_shape(c.out.device_indices(rt.rank(), rule.out_shape));
+  auto buffer = cpu::allocate(numel(local) * sizeof(T));
+  cpu::batched_gemm(am.local_data().data(), am.local_shape(), bm.local_data().data(), bm.local_shape(),
+                    static_cast<T*>(buffer->data()), local);
+  return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), rule.target);
+}
+
+}  // namespace detail
+
+/// a @ b. 1-d operands are vectors (a 1-d `a` is a row, a 1-d `b` a column, and that dimension is
+/// dropped from the result); `out` fixes the result's sharding, else the rule picks it.
+template <class T>
+DistArray<T> matmul(const DistArray<T>& a, const DistArray<T>& b,
+                    const std::optional<NamedSharding>& out = std::nullopt) {
+  DAX_CHECK(a.ndim() >= 1 && b.ndim() >= 1, "matmul: operands must have rank >= 1, got ", to_string(a.shape()),
+            " and ", to_string(b.shape()));
+  const bool av = a.ndim() == 1, bv = b.ndim() == 1;
+  const DistArray<T> a2 = av ? detail::insert_unit_dim(a, 0) : a;
+  const DistArray<T> b2 = bv ? detail::insert_unit_dim(b, 1) : b;
+  if (!av && !bv) return detail::matmul_nd(a2, b2, out, false, false);
+  // The result of the 2-d product, then the added dimensions dropped.
+  DistArray<T> r = detail::matmul_nd(a2, b2, std::nullopt, av, bv);
+  if (bv) r = detail::drop_unit_dim(r, r.ndim() - 1);
+  if (av) r = detail::drop_unit_dim(r, r.ndim() - 2 + (bv ? 1 : 0));
+  return out ? reshard(r, *out) : r;
+}
+
+/// Inner product of two 1-d arrays (a scalar array), or matmul for higher ranks.
+template <class T>
+DistArray<T> dot(const DistArray<T>& a, const DistArray<T>& b) {
+  return matmul(a, b);
+}
+
+/// Outer product of two 1-d arrays: (M,) x (N,) -> (M, N).
+template <class T>
+DistArray<T> outer(const DistArray<T>& a, const DistArray<T>& b) {
+  DAX_CHECK(a.ndim() == 1 && b.ndim() == 1, "outer: operands must be 1-d, got ", to_string(a.shape()), " and ",
+            to_string(b.shape()));
+  return matmul(detail::insert_unit_dim(a, 1), detail::insert_unit_dim(b, 0));
+}
+
+/// The matmul rule's candidates, their bytes and the one chosen, as text.
+template <class T>
+std::string explain_matmul(const DistArray<T>& a, const DistArray<T>& b,
+                           const std::optional<NamedSharding>& out = std::nullopt) {
+  return detail::explain_matmul_rule(detail::matmul_rule_for(a, b, out, false, false), a.shape(), b.shape(),
+                                     sizeof(T));
+}
+
+}  // namespace dax

@@ -1,0 +1,160 @@
+// The sharding rule of matmul (pure). For (..., M, K) @ (..., K, N), every mesh axis takes one
+// role: split a batch dimension, split M, split N, split K (each device then holds a partial
+// product: the result is unreduced over that axis), or replicate. Each combination is costed as
+// the elements moved to bring A and B to the layouts it needs plus those moved to bring its result
+// to the requested sharding (all-reduce, reduce-scatter or nothing); the cheapest wins, ties going
+// to the earlier combination in a fixed order. Printable with explain_matmul.
+#pragma once
+
+#include <algorithm>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <dax/ops/broadcast.hpp>
+#include <dax/ops/cost.hpp>
+#include <dax/reshard/explain.hpp>
+#include <dax/sharding/build.hpp>
+
+namespace dax::detail {
+
+struct MatmulCandidate {
+  std::vector<int> roles;  // per mesh axis: 0..nb-1 batch dim, nb: M, nb+1: N, nb+2: K, nb+3: replicate
+  NamedSharding a, b, out;  // required operand shardings; the local products' sharding
+  int64_t a_cost = 0, b_cost = 0, out_cost = 0;
+  int64_t total() const { return a_cost + b_cost + out_cost; }
+};
+
+struct MatmulRule {
+  Shape out_shape;
+  std::vector<MatmulCandidate> candidates;  // in enumeration order
+  size_t chosen = 0;
+  NamedSharding target;                     // the result's sharding
+  const MatmulCandidate& best() const { return candidates[chosen]; }
+};
+
+/// Axes with a role, ordered as `current` lists them first (to keep the operand's layout), then
+/// in mesh order.
+inline std::vector<int> ordered(const std::vector<int>& current, const std::vector<int>& axes) {
+  std::vector<int> out;
+  for (int a : current)
+    if (has_axis(axes, a)) out.push_back(a);
+  for (int a : axes)
+    if (!has_axis(out, a)) out.push_back(a);
+  return out;
+}
+
+/// `a_vector` / `b_vector`: the operand was 1-d (its M or N dimension is an added 1 that must stay
+/// unsplit).
+inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
+                              const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
+                              bool b_vector) {
+  DAX_CHECK(a.mesh() == b.mesh(), "matmul: operands must be on the same mesh, got ", to_string(a.mesh()), " and ",
+            to_string(b.mesh()));
+  const size_t ra = a_shape.size(), rb = b_shape.size();
+  DAX_CHECK(a_shape[ra - 1] == b_shape[rb - 2], "matmul: contraction dimensions differ: ", to_string(a_shape),
+            " @ ", to_string(b_shape), " (", a_shape[ra - 1], " vs ", b_shape[rb - 2], ")");
+  const Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
+  const Shape batch = broadcast_shapes({a_batch, b_batch});
+  const size_t nb = batch.size();
+  Shape out_shape = batch;
+  out_shape.push_back(a_shape[ra - 2]);
+  out_shape.push_back(b_shape[rb - 1]);
+  const Mesh& mesh = a.mesh();
+  const int M = static_cast<int>(nb), N = M + 1, K = M + 2, R = M + 3;
+
+  std::vector<int> active;  // axes with more than one device; the others stay replicated
+  for (int x = 0; x < mesh.num_axes(); ++x)
+    if (mesh.axis_size(x) > 1) active.push_back(x);
+  MatmulRule rule{out_shape, {}, 0, a};
+  std::vector<int> roles(mesh.num_axes(), R);
+  const std::vector<int> order = [&] {  // batch dims first, then M, N, K, replicate
+    std::vector<int> o;
+    for (int i = 0; i <= R; ++i) o.push_back(i);
+    return o;
+  }();
+  std::vector<size_t> pick(active.size(), 0);
+  while (true) {
+    for (size_t i = 0; i < active.size(); ++i) roles[active[i]] = order[pick[i]];
+    bool legal = true;
+    for (size_t i = 0; i < active.size(); ++i) {
+      const int role = roles[active[i]];
+      if ((role == M && a_vector) || (role == N && b_vector)) legal = false;
+    }
+    if (legal) {
+      auto with_role = [&](int role) {
+        std::vector<int> axes;
+        for (int x = 0; x < mesh.num_axes(); ++x)
+          if (roles[x] == role) axes.push_back(x);
+        return axes;
+      };
+      const auto k_axes = ordered(a.dim_axes(ra - 1), with_role(K));
+      std::vector<std::vector<int>> ad(ra), bd(rb), od(out_shape.size());
+      for (size_t d = 0; d < nb; ++d) {  // batch dims align from the right; stretched ones replicate
+        const int64_t ai = int64_t(d) - int64_t(nb - a_batch.size());
+        const int64_t bi = int64_t(d) - int64_t(nb - b_batch.size());
+        const std::vector<int> current = ai >= 0 ? a.dim_axes(ai) : bi >= 0 ? b.dim_axes(bi) : std::vector<int>{};
+        od[d] = ordered(current, with_role(static_cast<int>(d)));
+        if (ai >= 0 && a_batch[ai] == batch[d]) ad[ai] = od[d];
+        if (bi >= 0 && b_batch[bi] == batch[d]) bd[bi] = od[d];
+      }
+      od[nb] = ad[ra - 2] = ordered(a.dim_axes(ra - 2), with_role(M));
+      od[nb + 1] = bd[rb - 1] = ordered(b.dim_axes(rb - 1), with_role(N));
+      ad[ra - 1] = bd[rb - 2] = k_axes;
+      std::vector<int> unreduced = k_axes;
+      std::sort(unreduced.begin(), unreduced.end());
+      MatmulCandidate c{roles, make_sharding(mesh, ad, {}), make_sharding(mesh, bd, {}),
+                        make_sharding(mesh, od, unreduced)};
+      c.a_cost = reshard_cost(a_shape, a, c.a);
+      c.b_cost = reshard_cost(b_shape, b, c.b);
+      const NamedSharding target = requested ? *requested : make_sharding(mesh, od, {});
+      c.out_cost = reshard_cost(out_shape, c.out, target);
+      if (rule.candidates.empty() || c.total() < rule.best().total()) {
+        rule.chosen = rule.candidates.size();
+        rule.target = target;
+      }
+      rule.candidates.push_back(std::move(c));
+    }
+    size_t i = active.size();
+    while (i > 0 && ++pick[i - 1] == order.size()) pick[--i] = 0;
+    if (i == 0) break;
+  }
+  return rule;
+}
+
+inline std::string role_name(int role, size_t nb) {
+  const int M = static_cast<int>(nb);
+  if (role < M) return "batch" + std::to_string(role);
+  if (role == M) return "M";
+  if (role == M + 1) return "N";
+  if (role == M + 2) return "K";
+  return "replicate";
+}
+
+/// The candidates with their costs, cheapest first, the chosen one marked.
+inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_shape, const Shape& b_shape,
+                                       int64_t item_bytes) {
+  const Mesh& mesh = rule.best().a.mesh();
+  const size_t nb = rule.out_shape.size() - 2;
+  std::vector<size_t> idx(rule.candidates.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
+    return rule.candidates[x].total() < rule.candidates[y].total();
+  });
+  std::ostringstream out;
+  out << "matmul " << to_string(a_shape) << " @ " << to_string(b_shape) << " -> " << to_string(rule.out_shape)
+      << " on " << to_string(mesh) << ", result " << to_string(rule.target.spec()) << "\n";
+  for (size_t i : idx) {
+    const auto& c = rule.candidates[i];
+    out << (i == rule.chosen ? "* " : "  ");
+    for (int x = 0; x < mesh.num_axes(); ++x)
+      if (mesh.axis_size(x) > 1) out << mesh.axis_names()[x] << "->" << role_name(c.roles[x], nb) << " ";
+    out << "| A " << to_string(c.a.spec()) << " " << c.a_cost * item_bytes << " B, B " << to_string(c.b.spec())
+        << " " << c.b_cost * item_bytes << " B, out " << c.out_cost * item_bytes << " B | total "
+        << c.total() * item_bytes << " bytes/device\n";
+  }
+  return out.str();
+}
+
+}  // namespace dax::detail

@@ -1,0 +1,98 @@
+// Reductions over any set of dimensions (keepdims optional): sum, mean, max, min, prod. Each
+// device folds its piece; partial results are combined as the reduction rule says. mean divides
+// the sum by the global count, so it is exact on uneven pieces.
+#pragma once
+
+#include <limits>
+#include <optional>
+
+#include <dax/array/reshard.hpp>
+#include <dax/backend/cpu/reduce.hpp>
+#include <dax/ops/reduction_rule.hpp>
+#include <dax/ops/rule_cache.hpp>
+#include <dax/ops/elementwise.hpp>
+
+namespace dax {
+namespace detail {
+
+inline RuleCache<ReductionRule>& reduction_rules() {
+  static RuleCache<ReductionRule> cache;
+  return cache;
+}
+
+template <class T, class Op>
+DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool keepdims, ReduceOp kind, T identity,
+                    Op&& op, const char* name) {
+  const bool linear = kind == ReduceOp::sum;
+  const std::vector<bool> flags = reduced_dims(x.shape(), dims, name);
+  std::vector<int64_t> params{static_cast<int64_t>(kind), keepdims};
+  for (bool f : flags) params.push_back(f);
+  const ReductionRule& rule = reduction_rules().get(
+      RuleKey{1000, {x.shape()}, {x.sharding()}, params},
+      [&] { return reduction_rule(x.shape(), x.sharding(), flags, keepdims, linear); });
+  const DistArray<T> in = moved_to(x, rule.input);
+  Runtime& rt = Runtime::current();
+  if (!in.is_addressable()) return DistArray<T>(rule.out_shape, rule.partial, nullptr);
+  const Shape local = box_shape(rule.partial.device_indices(rt.rank(), rule.out_shape));
+  auto buffer = cpu::allocate(numel(local) * sizeof(T));
+  T* out = static_cast<T*>(buffer->data());
+  cpu::fill(out, numel(local), identity);
+  cpu::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, out, op);
+  if (!linear && !rule.axes.empty()) {
+    auto& comm = rt.group(rule.partial.mesh(), rule.axes);
+    comm.all_reduce(nullptr, out, numel(local), dtype_v<T>, kind);
+    comm_stats().record("all_reduce", axes_text(rule.partial.mesh(), rule.axes),
+                        2 * (comm.size() - 1) * numel(local) * int64_t(sizeof(T)) / comm.size());
+  }
+  return DistArray<T>(rule.out_shape, rule.partial, std::move(buffer));
+}
+
+/// The reduced version of a partial result: `out` if given, else the same layout without
+/// unreduced axes.
+template <class T>
+DistArray<T> finish(const DistArray<T>& partial, const std::optional<NamedSharding>& out) {
+  return reshard(partial, out ? *out : with_unreduced_axes(partial.sharding(), partial.ndim(), {}));
+}
+
+}  // namespace detail
+
+/// Sum over `dims` (all when empty). `out` picks the result's sharding: by default reduced and laid
+/// out like the input; a sharding that splits a dimension over the reduced axes makes it a
+/// reduce-scatter; one that keeps them unreduced communicates nothing.
+template <class T>
+DistArray<T> sum(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false,
+                 const std::optional<NamedSharding>& out = std::nullopt) {
+  return detail::finish(detail::reduce(x, dims, keepdims, detail::ReduceOp::sum, T(0),
+                                       [](T a, T b) { return T(a + b); }, "sum"),
+                        out);
+}
+
+template <class T>
+DistArray<T> mean(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false,
+                  const std::optional<NamedSharding>& out = std::nullopt) {
+  const auto flags = detail::reduced_dims(x.shape(), dims, "mean");
+  int64_t count = 1;
+  for (size_t d = 0; d < flags.size(); ++d)
+    if (flags[d]) count *= x.shape()[d];
+  return sum(x, dims, keepdims, out) / T(count);
+}
+
+template <class T>
+DistArray<T> max(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
+  return detail::reduce(x, dims, keepdims, detail::ReduceOp::max, std::numeric_limits<T>::lowest(),
+                        [](T a, T b) { return a > b ? a : b; }, "max");
+}
+
+template <class T>
+DistArray<T> min(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
+  return detail::reduce(x, dims, keepdims, detail::ReduceOp::min, std::numeric_limits<T>::max(),
+                        [](T a, T b) { return a < b ? a : b; }, "min");
+}
+
+template <class T>
+DistArray<T> prod(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
+  return detail::reduce(x, dims, keepdims, detail::ReduceOp::prod, T(1), [](T a, T b) { return T(a * b); },
+                        "prod");
+}
+
+}  // namespace dax
