@@ -1,0 +1,303 @@
+// Ops on random shardings (uneven and multi-axis among them) at every rank count, compared with the
+// same computation done by plain loops on the global arrays in this process. Inputs are small
+// integers, so float results of +, -, *, sums and products are exact.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "../common/simulate.hpp"
+#include "helpers.hpp"
+
+using dax::Mesh;
+using dax::NamedSharding;
+using dax::P;
+using dax::Shape;
+
+namespace {
+
+struct Pick {
+  std::mt19937 rng{4242};
+  size_t operator()(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
+};
+
+const Mesh& random_mesh(Pick& pick) {
+  static const auto meshes = dax::test::meshes_that_fit();
+  return meshes[pick(meshes.size())];
+}
+
+NamedSharding random_sharding(Pick& pick, const Mesh& mesh, size_t ndim, bool unreduced = false) {
+  const auto all = dax::test::all_shardings(mesh, ndim, unreduced);
+  return all[pick(all.size())];
+}
+
+// Flat index into an operand of `shape` broadcast to `out`, for the output's flat index `flat`.
+int64_t source_index(const Shape& shape, const Shape& out, int64_t flat) {
+  int64_t src = 0, stride = 1;
+  for (size_t i = out.size(); i-- > 0;) {
+    const int64_t idx = flat % out[i];
+    flat /= out[i];
+    const int64_t j = int64_t(i) - int64_t(out.size() - shape.size());
+    if (j < 0) continue;
+    src += (shape[j] == 1 ? 0 : idx) * stride;
+    stride *= shape[j];
+  }
+  return src;
+}
+
+template <class T, class F>
+std::vector<T> reference_binary(const std::vector<T>& a, const Shape& as, const std::vector<T>& b, const Shape& bs,
+                                const Shape& out, F f) {
+  std::vector<T> r(dax::numel(out));
+  for (int64_t i = 0; i < dax::numel(out); ++i) r[i] = f(a[source_index(as, out, i)], b[source_index(bs, out, i)]);
+  return r;
+}
+
+/// The global data on the mesh's ranks; nothing elsewhere (to_host is collective over the mesh).
+template <class T>
+auto host(const dax::DistArray<T>& x) {
+  return x.is_addressable() ? x.to_host() : decltype(x.to_host()){};
+}
+
+template <class T>
+dax::DistArray<T> put(const std::vector<T>& host, const Shape& shape, const NamedSharding& s) {
+  return dax::device_put(host, shape, s);
+}
+
+}  // namespace
+
+TEST_CASE("elementwise ops with broadcasting on random shardings", "[ops][elementwise]") {
+  Pick pick;
+  const std::vector<std::pair<Shape, Shape>> pairs{{{5, 6}, {5, 6}}, {{7, 3}, {3}},   {{4, 1, 5}, {3, 5}},
+                                                   {{6}, {}},        {{2, 3, 4}, {2, 1, 4}}, {{0, 3}, {3}}};
+  for (int trial = 0; trial < 60; ++trial) {
+    const auto& [as, bs] = pairs[trial % pairs.size()];
+    const Mesh& mesh = random_mesh(pick);
+    const auto sa = random_sharding(pick, mesh, as.size()), sb = random_sharding(pick, mesh, bs.size());
+    const auto ha = dax::test::random_values<float>(dax::numel(as), pick.rng);
+    auto hb = dax::test::random_values<float>(dax::numel(bs), pick.rng);
+    for (auto& v : hb) v = v == 0 ? 1 : v;  // a divisor
+    const auto a = put(ha, as, sa), b = put(hb, bs, sb);
+    const Shape out = dax::detail::broadcast_shapes({as, bs});
+    INFO("trial " << trial << " " << dax::to_string(as) << " " << sa << " with " << dax::to_string(bs) << " " << sb);
+    const auto sum = host(a + b);
+    const auto diff = host(a - b);
+    const auto prod = host(a * b);
+    const auto quot = host(a / b);
+    const auto big = host(dax::maximum(a, b));
+    const auto lt = dax::less(a, b);
+    const auto pick_ab = host(dax::where(lt, a, b));
+    if (!mesh.contains(dax::test::world_rank())) continue;
+    CHECK(sum == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x + y; }));
+    CHECK(diff == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x - y; }));
+    CHECK(prod == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x * y; }));
+    CHECK(quot == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x / y; }));
+    CHECK(big == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x > y ? x : y; }));
+    CHECK(pick_ab == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x < y ? x : y; }));
+    const auto lh = host(lt);
+    CHECK(std::vector<bool>(lh.begin(), lh.end()) ==
+          [&] {
+            std::vector<bool> r(dax::numel(out));
+            for (int64_t i = 0; i < dax::numel(out); ++i) r[i] = ha[source_index(as, out, i)] < hb[source_index(bs, out, i)];
+            return r;
+          }());
+  }
+}
+
+TEST_CASE("unary ops, scalars and astype for every dtype", "[ops][elementwise]") {
+  Pick pick;
+  for (int trial = 0; trial < 20; ++trial) {
+    const Shape shape{5, 3};
+    const Mesh& mesh = random_mesh(pick);
+    const auto s = random_sharding(pick, mesh, 2);
+    const auto hd = dax::test::random_values<double>(15, pick.rng);
+    const auto hi = dax::test::random_values<int64_t>(15, pick.rng);
+    const auto x = put(hd, shape, s);
+    const auto n = put(hi, shape, s);
+    auto each = [&](auto f) {
+      std::vector<double> r(hd.size());
+      for (size_t i = 0; i < r.size(); ++i) r[i] = f(hd[i]);
+      return r;
+    };
+    const auto e = host(dax::exp(x * 0.01));
+    const auto g = host(dax::gelu(x / 10.0));
+    const auto sg = host(dax::sigmoid(-x));
+    const auto r = host(dax::relu(x - 3.0));
+    const auto q = host(dax::sqrt(dax::abs(x) + 1.0));
+    const auto sq = host(dax::square(n));
+    const auto cast = host(dax::astype<int32_t>(x * 2.0));
+    auto acc = x;
+    acc += x;
+    acc *= 3.0;
+    const auto acc_h = host(acc);
+    if (!mesh.contains(dax::test::world_rank())) continue;
+    CHECK(e == each([](double v) { return std::exp(v * 0.01); }));
+    CHECK(g == each([](double v) {
+            const double u = v / 10.0;
+            return 0.5 * u * (1.0 + std::tanh(0.7978845608028654 * (u + 0.044715 * u * u * u)));
+          }));
+    CHECK(sg == each([](double v) { return 1.0 / (1.0 + std::exp(v)); }));
+    CHECK(r == each([](double v) { return v - 3.0 > 0 ? v - 3.0 : 0.0; }));
+    CHECK(q == each([](double v) { return std::sqrt(std::abs(v) + 1.0); }));
+    CHECK(acc_h == each([](double v) { return (v + v) * 3.0; }));
+    for (size_t i = 0; i < hi.size(); ++i) {
+      CHECK(sq[i] == hi[i] * hi[i]);
+      CHECK(cast[i] == int32_t(hd[i] * 2.0));
+    }
+  }
+}
+
+TEST_CASE("reductions over random dimensions, exact on uneven pieces", "[ops][reduction]") {
+  Pick pick;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Shape shape{5, 3, 4};
+    const Mesh& mesh = random_mesh(pick);
+    const auto s = random_sharding(pick, mesh, 3);
+    const auto h = dax::test::random_values<double>(60, pick.rng);
+    const auto x = put(h, shape, s);
+    std::vector<int> dims;
+    for (int d = 0; d < 3; ++d)
+      if (pick(2)) dims.push_back(d);
+    const bool keep = pick(2);
+    INFO("trial " << trial << " " << s << " dims " << dims.size() << " keepdims " << keep);
+    const auto su = dax::sum(x, dims, keep), mx = dax::max(x, dims, keep), mn = dax::min(x, dims, keep);
+    const auto me = dax::mean(x, dims, keep);
+    const auto hs = host(su), hmx = host(mx), hmn = host(mn), hme = host(me);
+    if (!mesh.contains(dax::test::world_rank())) continue;
+    // Reference: fold over the reduced dimensions.
+    std::vector<bool> red(3, dims.empty());
+    for (int d : dims) red[d] = true;
+    Shape out;
+    for (int d = 0; d < 3; ++d)
+      if (!red[d]) out.push_back(shape[d]);
+      else if (keep) out.push_back(1);
+    std::vector<double> rs(dax::numel(out), 0.0), rmx(dax::numel(out), -1e300), rmn(dax::numel(out), 1e300);
+    int64_t count = 1;
+    for (int d = 0; d < 3; ++d) count *= red[d] ? shape[d] : 1;
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t k = 0; k < 4; ++k) {
+          int64_t o = 0;
+          const int64_t idx[3] = {i, j, k};
+          for (int d = 0; d < 3; ++d)
+            if (!red[d]) o = o * shape[d] + idx[d];
+          const double v = h[(i * 3 + j) * 4 + k];
+          rs[o] += v;
+          rmx[o] = std::max(rmx[o], v);
+          rmn[o] = std::min(rmn[o], v);
+        }
+    CHECK(su.shape() == out);
+    CHECK(hs == rs);
+    CHECK(hmx == rmx);
+    CHECK(hmn == rmn);
+    for (size_t o = 0; o < rs.size(); ++o) CHECK(hme[o] == Approx(rs[o] / double(count)));
+  }
+}
+
+TEST_CASE("sums of unreduced values, and reduce-scatter on request", "[ops][reduction]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  const int r = dax::test::world_rank();
+  std::vector<float> part(12);
+  for (int i = 0; i < 12; ++i) part[i] = float((r + 1) * (i - 5));
+  const auto u = dax::from_local(part, {4, 3}, NamedSharding(mesh, P().with_unreduced("x")));
+  const float k = float(n * (n + 1) / 2);
+  const auto twice = (u + u) * 0.5f;  // stays unreduced: no communication until the sum
+  CHECK(twice.sharding().is_unreduced());
+  const auto rows = dax::sum(twice, {1});
+  std::vector<float> want(4);
+  for (int i = 0; i < 4; ++i) want[i] = k * float((3 * i - 5) + (3 * i - 4) + (3 * i - 3));
+  CHECK(host(rows) == want);
+  const auto all = dax::arange<float>({4 * n, 2}, NamedSharding(mesh, P()));
+  dax::comm_stats().reset();
+  const auto scattered = dax::sum(dax::from_local(all.local_data().size() ? std::vector<float>(all.local_data().begin(), all.local_data().end()) : std::vector<float>{}, {4 * n, 2}, NamedSharding(mesh, P().with_unreduced("x"))),
+                                  {1}, false, NamedSharding(mesh, P("x")));
+  if (n > 1) CHECK(dax::comm_stats().of("reduce_scatter").calls == 1);
+  std::vector<float> col(4 * n);
+  for (int i = 0; i < 4 * n; ++i) col[i] = float(n) * float(4 * i + 1);
+  CHECK(host(scattered) == col);
+}
+
+TEST_CASE("matmul on random shardings: 1-d, 2-d and batched with broadcasting", "[ops][matmul]") {
+  Pick pick;
+  struct Case { Shape a, b; };
+  const std::vector<Case> cases{{{6, 5}, {5, 4}}, {{7, 3}, {3, 9}}, {{2, 4, 3}, {3, 5}}, {{2, 4, 3}, {2, 3, 5}},
+                                {{3, 1, 4, 2}, {5, 2, 3}}, {{5}, {5, 3}}, {{4, 5}, {5}}, {{6}, {6}}};
+  for (int trial = 0; trial < 48; ++trial) {
+    const Case& c = cases[trial % cases.size()];
+    const Mesh& mesh = random_mesh(pick);
+    const auto sa = random_sharding(pick, mesh, c.a.size()), sb = random_sharding(pick, mesh, c.b.size());
+    const auto ha = dax::test::random_values<float>(dax::numel(c.a), pick.rng);
+    const auto hb = dax::test::random_values<float>(dax::numel(c.b), pick.rng);
+    INFO("trial " << trial << " " << dax::to_string(c.a) << " " << sa << " @ " << dax::to_string(c.b) << " " << sb);
+    const auto got = dax::matmul(put(ha, c.a, sa), put(hb, c.b, sb));
+    const auto h = host(got);
+    if (!mesh.contains(dax::test::world_rank())) continue;
+    // Reference: promote 1-d operands, loop over the broadcast batch.
+    Shape a2 = c.a, b2 = c.b;
+    if (a2.size() == 1) a2.insert(a2.begin(), 1);
+    if (b2.size() == 1) b2.push_back(1);
+    const int64_t m = a2[a2.size() - 2], k = a2.back(), nn = b2.back();
+    const Shape ab(a2.begin(), a2.end() - 2), bb(b2.begin(), b2.end() - 2);
+    const Shape batch = dax::detail::broadcast_shapes({ab, bb});
+    std::vector<float> want;
+    for (int64_t t = 0; t < dax::numel(batch); ++t) {
+      const int64_t ta = source_index(ab, batch, t), tb = source_index(bb, batch, t);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < nn; ++j) {
+          float acc = 0;
+          for (int64_t l = 0; l < k; ++l) acc += ha[(ta * m + i) * k + l] * hb[(tb * k + l) * nn + j];
+          want.push_back(acc);
+        }
+    }
+    CHECK(h == want);
+  }
+}
+
+TEST_CASE("matmul communicates what its rule promises", "[ops][matmul][comm_stats]") {
+  const int n = dax::test::world_size();
+  std::mt19937 rng(9);
+  {  // data parallel: row-sharded @ replicated -> nothing moves
+    const Mesh mesh({n}, {"data"});
+    const auto x = put(dax::test::random_values<float>(8 * n * 6, rng), {8 * n, 6}, NamedSharding(mesh, P("data")));
+    const auto w = put(dax::test::random_values<float>(6 * 4, rng), {6, 4}, NamedSharding(mesh, P()));
+    dax::comm_stats().reset();
+    const auto y = dax::matmul(x, w);
+    CHECK(dax::comm_stats().total_bytes() == 0);
+    if (n > 1) CHECK(y.sharding() == NamedSharding(mesh, P("data")));
+  }
+  {  // model parallel: replicated @ column-sharded -> nothing moves
+    const Mesh mesh({n}, {"model"});
+    const auto x = put(dax::test::random_values<float>(8 * 6, rng), {8, 6}, NamedSharding(mesh, P()));
+    const auto w = put(dax::test::random_values<float>(6 * 4 * n, rng), {6, 4 * n}, NamedSharding(mesh, P(dax::none, "model")));
+    dax::comm_stats().reset();
+    const auto y = dax::matmul(x, w);
+    CHECK(dax::comm_stats().total_bytes() == 0);
+    if (n > 1) CHECK(y.sharding() == NamedSharding(mesh, P(dax::none, "model")));
+  }
+  if (n >= 4) {  // 2-d: P('data','model') @ P('model', None) -> one reduction over 'model' only
+    const Mesh mesh({2, 2}, {"data", "model"});
+    const auto x = put(dax::test::random_values<float>(8 * 6, rng), {8, 6}, NamedSharding(mesh, P("data", "model")));
+    const auto w = put(dax::test::random_values<float>(6 * 4, rng), {6, 4}, NamedSharding(mesh, P("model", dax::none)));
+    dax::comm_stats().reset();
+    const auto y = dax::matmul(x, w);
+    if (dax::test::world_rank() < 4) {
+      CHECK(dax::comm_stats().total_calls() == 1);
+      CHECK(dax::comm_stats().of("all_reduce", "('model',)").calls == 1);
+      CHECK(y.sharding() == NamedSharding(mesh, P("data")));
+    }
+  }
+  if (n >= 2) {  // K split on A, B replicated and narrow: B sliced for free, the product all-reduced
+    const Mesh mesh({n}, {"x"});
+    const auto a = put(dax::test::random_values<float>(16 * 8 * n, rng), {16, 8 * n}, NamedSharding(mesh, P(dax::none, "x")));
+    const auto b = put(dax::test::random_values<float>(8 * n * 2, rng), {8 * n, 2}, NamedSharding(mesh, P()));
+    dax::comm_stats().reset();
+    const auto y = dax::matmul(a, b);
+    CHECK(dax::comm_stats().total_calls() == 1);
+    CHECK(dax::comm_stats().of("all_reduce").calls == 1);
+    // With an out sharding splitting rows over 'x', the reduction becomes a reduce-scatter.
+    dax::comm_stats().reset();
+    const auto z = dax::matmul(a, b, NamedSharding(mesh, P("x")));
+    CHECK(dax::comm_stats().of("reduce_scatter").calls == 1);
+    CHECK(host(z) == host(y));
+  }
+}
