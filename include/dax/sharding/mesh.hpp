@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <cstdint>
 #include <ostream>
 #include <sstream>
@@ -24,40 +25,49 @@ class Mesh {
   Mesh(Shape shape, std::vector<std::string> axis_names)
       : Mesh(shape, std::move(axis_names), iota(numel(shape))) {}
 
-  Mesh(Shape shape, std::vector<std::string> axis_names, std::vector<int> device_ids)
-      : shape_(std::move(shape)), names_(std::move(axis_names)), devices_(std::move(device_ids)) {
-    DAX_CHECK(shape_.size() == names_.size(), "Mesh: ", shape_.size(), " axis sizes ",
-              to_string(shape_), " but ", names_.size(), " axis names");
-    for (size_t i = 0; i < shape_.size(); ++i) {
-      DAX_CHECK(shape_[i] >= 1, "Mesh: axis '", names_[i], "' must have size >= 1, got ", shape_[i]);
-      DAX_CHECK(!names_[i].empty(), "Mesh: axis ", i, " has an empty name");
+  Mesh(Shape shape, std::vector<std::string> axis_names, std::vector<int> device_ids) {
+    auto data = std::make_shared<Data>();
+    Data& m = *data;
+    m.shape = std::move(shape);
+    m.names = std::move(axis_names);
+    m.devices = std::move(device_ids);
+    DAX_CHECK(m.shape.size() == m.names.size(), "Mesh: ", m.shape.size(), " axis sizes ",
+              to_string(m.shape), " but ", m.names.size(), " axis names");
+    for (size_t i = 0; i < m.shape.size(); ++i) {
+      DAX_CHECK(m.shape[i] >= 1, "Mesh: axis '", m.names[i], "' must have size >= 1, got ", m.shape[i]);
+      DAX_CHECK(!m.names[i].empty(), "Mesh: axis ", i, " has an empty name");
       for (size_t j = 0; j < i; ++j)
-        DAX_CHECK(names_[i] != names_[j], "Mesh: axis name '", names_[i], "' appears twice");
+        DAX_CHECK(m.names[i] != m.names[j], "Mesh: axis name '", m.names[i], "' appears twice");
     }
-    DAX_CHECK(static_cast<int64_t>(devices_.size()) == numel(shape_), "Mesh: shape ",
-              to_string(shape_), " holds ", numel(shape_), " devices but ", devices_.size(),
+    DAX_CHECK(static_cast<int64_t>(m.devices.size()) == numel(m.shape), "Mesh: shape ",
+              to_string(m.shape), " holds ", numel(m.shape), " devices but ", m.devices.size(),
               " device ids were given");
-    for (size_t p = 0; p < devices_.size(); ++p) {
-      const int d = devices_[p];
+    for (size_t p = 0; p < m.devices.size(); ++p) {
+      const int d = m.devices[p];
       DAX_CHECK(d >= 0, "Mesh: device ids must be >= 0, got ", d);
-      if (static_cast<size_t>(d) >= position_.size()) position_.resize(d + 1, -1);
-      DAX_CHECK(position_[d] < 0, "Mesh: device id ", d, " appears twice");
-      position_[d] = static_cast<int>(p);
+      if (static_cast<size_t>(d) >= m.position.size()) m.position.resize(d + 1, -1);
+      DAX_CHECK(m.position[d] < 0, "Mesh: device id ", d, " appears twice");
+      m.position[d] = static_cast<int>(p);
     }
+    m.hash = 0x6d657368;
+    for (int64_t x : m.shape) detail::hash_into(m.hash, x);
+    for (const auto& x : m.names) detail::hash_into(m.hash, x);
+    for (int x : m.devices) detail::hash_into(m.hash, x);
+    d_ = std::move(data);
   }
 
-  int num_axes() const { return static_cast<int>(shape_.size()); }
-  int size() const { return static_cast<int>(devices_.size()); }
-  const Shape& shape() const { return shape_; }
-  const std::vector<std::string>& axis_names() const { return names_; }
-  const std::vector<int>& devices() const { return devices_; }
-  int64_t axis_size(int axis) const { return shape_[axis]; }
-  int64_t axis_size(const std::string& name) const { return shape_[axis_index(name)]; }
+  int num_axes() const { return static_cast<int>(d_->shape.size()); }
+  int size() const { return static_cast<int>(d_->devices.size()); }
+  const Shape& shape() const { return d_->shape; }
+  const std::vector<std::string>& axis_names() const { return d_->names; }
+  const std::vector<int>& devices() const { return d_->devices; }
+  int64_t axis_size(int axis) const { return d_->shape[axis]; }
+  int64_t axis_size(const std::string& name) const { return d_->shape[axis_index(name)]; }
 
   /// Index of the named axis, or -1.
   int find_axis(const std::string& name) const {
-    for (size_t i = 0; i < names_.size(); ++i)
-      if (names_[i] == name) return static_cast<int>(i);
+    for (size_t i = 0; i < d_->names.size(); ++i)
+      if (d_->names[i] == name) return static_cast<int>(i);
     return -1;
   }
   int axis_index(const std::string& name) const {
@@ -67,45 +77,41 @@ class Mesh {
   }
 
   bool contains(int device) const {
-    return device >= 0 && static_cast<size_t>(device) < position_.size() && position_[device] >= 0;
+    return device >= 0 && static_cast<size_t>(device) < d_->position.size() && d_->position[device] >= 0;
   }
   /// Row-major position of a device in the mesh.
   int position(int device) const {
     DAX_CHECK(contains(device), "Mesh: device ", device, " is not in ", to_string(*this));
-    return position_[device];
+    return d_->position[device];
   }
   /// Mesh coordinates of a device, one per axis.
   std::vector<int64_t> coords(int device) const {
     int64_t p = position(device);
-    std::vector<int64_t> c(shape_.size());
-    for (size_t i = shape_.size(); i-- > 0;) {
-      c[i] = p % shape_[i];
-      p /= shape_[i];
+    std::vector<int64_t> c(d_->shape.size());
+    for (size_t i = d_->shape.size(); i-- > 0;) {
+      c[i] = p % d_->shape[i];
+      p /= d_->shape[i];
     }
     return c;
   }
   int device_at(const std::vector<int64_t>& coords) const {
     int64_t p = 0;
-    for (size_t i = 0; i < shape_.size(); ++i) p = p * shape_[i] + coords[i];
-    return devices_[p];
+    for (size_t i = 0; i < d_->shape.size(); ++i) p = p * d_->shape[i] + coords[i];
+    return d_->devices[p];
   }
   bool has_default_devices() const {
-    for (size_t p = 0; p < devices_.size(); ++p)
-      if (devices_[p] != static_cast<int>(p)) return false;
+    for (size_t p = 0; p < d_->devices.size(); ++p)
+      if (d_->devices[p] != static_cast<int>(p)) return false;
     return true;
   }
 
   friend bool operator==(const Mesh& a, const Mesh& b) {
-    return a.shape_ == b.shape_ && a.names_ == b.names_ && a.devices_ == b.devices_;
+    if (a.d_ == b.d_) return true;
+    return a.d_->hash == b.d_->hash && a.d_->shape == b.d_->shape && a.d_->names == b.d_->names &&
+           a.d_->devices == b.d_->devices;
   }
 
-  size_t hash() const {
-    size_t h = 0x6d657368;
-    for (int64_t s : shape_) detail::hash_into(h, s);
-    for (const auto& n : names_) detail::hash_into(h, n);
-    for (int d : devices_) detail::hash_into(h, d);
-    return h;
-  }
+  size_t hash() const { return d_->hash; }
 
  private:
   static std::vector<int> iota(int64_t n) {
@@ -114,10 +120,15 @@ class Mesh {
     return ids;
   }
 
-  Shape shape_;
-  std::vector<std::string> names_;
-  std::vector<int> devices_;
-  std::vector<int> position_;  // device id -> row-major position, -1 when absent
+  // Immutable and shared: copying a mesh is a reference-count increment.
+  struct Data {
+    Shape shape;
+    std::vector<std::string> names;
+    std::vector<int> devices;
+    std::vector<int> position;  // device id -> row-major position, -1 when absent
+    size_t hash = 0;
+  };
+  std::shared_ptr<const Data> d_;
 };
 
 namespace detail {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -22,88 +23,97 @@ inline std::string to_string(const NamedSharding& s);
 
 class NamedSharding {
  public:
-  NamedSharding(Mesh mesh, PartitionSpec spec) : mesh_(std::move(mesh)), spec_(std::move(spec)) {
-    std::vector<int> used_by(mesh_.num_axes(), -1);
+  NamedSharding(Mesh mesh, PartitionSpec spec) {
+    auto data = std::make_shared<Data>(Data{std::move(mesh), std::move(spec), {}, {}, 0});
+    Data& m = *data;
+    std::vector<int> used_by(m.mesh.num_axes(), -1);
     auto resolve = [&](const std::string& name) {
-      const int axis = mesh_.find_axis(name);
+      const int axis = m.mesh.find_axis(name);
       if (axis < 0) {
         std::string names = "(";
-        for (int i = 0; i < mesh_.num_axes(); ++i)
-          names += (i ? ", '" : "'") + mesh_.axis_names()[i] + "'";
-        names += mesh_.num_axes() == 1 ? ",)" : ")";
-        detail::fail("Resource axis: ", name, " of ", to_string(spec_),
+        for (int i = 0; i < m.mesh.num_axes(); ++i)
+          names += (i ? ", '" : "'") + m.mesh.axis_names()[i] + "'";
+        names += m.mesh.num_axes() == 1 ? ",)" : ")";
+        detail::fail("Resource axis: ", name, " of ", to_string(m.spec),
                      " is not found in mesh: ", names, ".");
       }
       return axis;
     };
-    dims_.resize(spec_.size());
-    for (size_t d = 0; d < spec_.size(); ++d) {
-      for (const auto& name : spec_[d].axes()) {
+    m.dims.resize(m.spec.size());
+    for (size_t d = 0; d < m.spec.size(); ++d) {
+      for (const auto& name : m.spec[d].axes()) {
         const int axis = resolve(name);
         DAX_CHECK(used_by[axis] < 0,
                   "A single NamedSharding spec specification can map every mesh axis to at most "
-                  "one positional dimension, but ", to_string(spec_),
+                  "one positional dimension, but ", to_string(m.spec),
                   " has duplicate entries for `", name, "`");
         used_by[axis] = static_cast<int>(d);
-        dims_[d].push_back(axis);
+        m.dims[d].push_back(axis);
       }
     }
-    for (const auto& name : spec_.unreduced()) {
+    for (const auto& name : m.spec.unreduced()) {
       const int axis = resolve(name);
-      DAX_CHECK(used_by[axis] < 0, to_string(spec_), " uses mesh axis `", name,
+      DAX_CHECK(used_by[axis] < 0, to_string(m.spec), " uses mesh axis `", name,
                 "` both to split dimension ", used_by[axis], " and as unreduced");
-      unreduced_.push_back(axis);
+      m.unreduced.push_back(axis);
     }
-    std::sort(unreduced_.begin(), unreduced_.end());
-    while (!dims_.empty() && dims_.back().empty()) dims_.pop_back();
+    std::sort(m.unreduced.begin(), m.unreduced.end());
+    while (!m.dims.empty() && m.dims.back().empty()) m.dims.pop_back();
+    m.hash = m.mesh.hash();
+    for (const auto& d : m.dims) {
+      detail::hash_into(m.hash, d.size());
+      for (int x : d) detail::hash_into(m.hash, x);
+    }
+    for (int x : m.unreduced) detail::hash_into(m.hash, x + 1000);
+    d_ = std::move(data);
   }
 
-  const Mesh& mesh() const { return mesh_; }
-  const PartitionSpec& spec() const { return spec_; }
+  const Mesh& mesh() const { return d_->mesh; }
+  const PartitionSpec& spec() const { return d_->spec; }
 
   /// Mesh axes (indices, major first) splitting array dimension `dim`; empty if replicated.
   const std::vector<int>& dim_axes(size_t dim) const {
     static const std::vector<int> replicated;
-    return dim < dims_.size() ? dims_[dim] : replicated;
+    return dim < d_->dims.size() ? d_->dims[dim] : replicated;
   }
   /// Number of leading dimensions the spec names (after dropping trailing replicated entries).
-  size_t spec_rank() const { return spec_.size(); }
+  size_t spec_rank() const { return d_->spec.size(); }
   /// Mesh axes (indices, ascending) over which the value is unreduced.
-  const std::vector<int>& unreduced_axes() const { return unreduced_; }
-  bool is_unreduced() const { return !unreduced_.empty(); }
+  const std::vector<int>& unreduced_axes() const { return d_->unreduced; }
+  bool is_unreduced() const { return !d_->unreduced.empty(); }
   /// The mesh axis `axis` splits some dimension.
   bool splits(int axis) const {
-    for (const auto& d : dims_)
+    for (const auto& d : d_->dims)
       for (int a : d)
         if (a == axis) return true;
     return false;
   }
   bool is_unreduced_over(int axis) const {
-    return std::find(unreduced_.begin(), unreduced_.end(), axis) != unreduced_.end();
+    return std::find(d_->unreduced.begin(), d_->unreduced.end(), axis) != d_->unreduced.end();
   }
 
   /// How many pieces dimension `dim` is split into.
   int64_t num_pieces(size_t dim) const {
     int64_t k = 1;
-    for (int a : dim_axes(dim)) k *= mesh_.axis_size(a);
+    for (int a : dim_axes(dim)) k *= d_->mesh.axis_size(a);
     return k;
   }
 
   void check_rank(const Shape& shape) const {
-    DAX_CHECK(spec_.size() <= shape.size(), "Sharding ", to_string(*this),
-              " is only valid for values of rank at least ", spec_.size(),
+    DAX_CHECK(d_->spec.size() <= shape.size(), "Sharding ", to_string(*this),
+              " is only valid for values of rank at least ", d_->spec.size(),
               ", but was applied to a value of rank ", shape.size());
   }
 
   /// The piece of a global array of `shape` held by the device at mesh coordinates `coords`.
   Box box_at(const std::vector<int64_t>& coords, const Shape& shape) const {
     Box box = full_box(shape);
-    for (size_t d = 0; d < dims_.size(); ++d) {
-      if (dims_[d].empty()) continue;
+    for (size_t d = 0; d < d_->dims.size(); ++d) {
+      if (d_->dims[d].empty()) continue;
       int64_t piece = 0, k = 1;
-      for (int a : dims_[d]) {
-        piece = piece * mesh_.axis_size(a) + coords[a];
-        k *= mesh_.axis_size(a);
+      for (int a : d_->dims[d]) {
+        piece = piece * d_->mesh.axis_size(a) + coords[a];
+        k *= d_->mesh.axis_size(a);
       }
       box[d] = detail::chunk_piece(shape[d], k, piece);
     }
@@ -113,14 +123,14 @@ class NamedSharding {
   /// The piece of the global array held by `device`.
   Box device_indices(int device, const Shape& shape) const {
     check_rank(shape);
-    return box_at(mesh_.coords(device), shape);
+    return box_at(d_->mesh.coords(device), shape);
   }
 
   /// Device id -> the piece it holds (one slice per dimension).
   std::map<int, std::vector<Slice>> devices_indices_map(const Shape& shape) const {
     check_rank(shape);
     std::map<int, std::vector<Slice>> out;
-    for (int device : mesh_.devices()) out[device] = box_at(mesh_.coords(device), shape);
+    for (int device : d_->mesh.devices()) out[device] = box_at(d_->mesh.coords(device), shape);
     return out;
   }
 
@@ -128,7 +138,7 @@ class NamedSharding {
   Shape shard_shape(const Shape& shape) const {
     check_rank(shape);
     Shape out = shape;
-    for (size_t d = 0; d < dims_.size(); ++d) {
+    for (size_t d = 0; d < d_->dims.size(); ++d) {
       const int64_t k = num_pieces(d);
       if (shape[d] % k != 0) {
         std::string factors = "[";
@@ -145,40 +155,39 @@ class NamedSharding {
 
   /// How many devices earlier in mesh order hold the same data (same piece, same partial).
   int replica_id(int device) const {
-    const auto c = mesh_.coords(device);
+    const auto c = d_->mesh.coords(device);
     int id = 0;
-    for (int a = 0; a < mesh_.num_axes(); ++a)
-      if (!splits(a) && !is_unreduced_over(a)) id = id * mesh_.axis_size(a) + c[a];
+    for (int a = 0; a < d_->mesh.num_axes(); ++a)
+      if (!splits(a) && !is_unreduced_over(a)) id = id * d_->mesh.axis_size(a) + c[a];
     return id;
   }
 
   /// Every device holds the whole (reduced) value.
   bool is_fully_replicated() const {
-    for (int a = 0; a < mesh_.num_axes(); ++a)
-      if (mesh_.axis_size(a) > 1 && (splits(a) || is_unreduced_over(a))) return false;
+    for (int a = 0; a < d_->mesh.num_axes(); ++a)
+      if (d_->mesh.axis_size(a) > 1 && (splits(a) || is_unreduced_over(a))) return false;
     return true;
   }
 
   /// Same mesh, same normalized spec (trailing replicated entries do not matter).
   friend bool operator==(const NamedSharding& a, const NamedSharding& b) {
-    return a.dims_ == b.dims_ && a.unreduced_ == b.unreduced_ && a.mesh_ == b.mesh_;
+    if (a.d_ == b.d_) return true;
+    return a.d_->hash == b.d_->hash && a.d_->dims == b.d_->dims && a.d_->unreduced == b.d_->unreduced &&
+           a.d_->mesh == b.d_->mesh;
   }
 
-  size_t hash() const {
-    size_t h = mesh_.hash();
-    for (const auto& d : dims_) {
-      detail::hash_into(h, d.size());
-      for (int a : d) detail::hash_into(h, a);
-    }
-    for (int a : unreduced_) detail::hash_into(h, a + 1000);
-    return h;
-  }
+  size_t hash() const { return d_->hash; }
 
  private:
-  Mesh mesh_;
-  PartitionSpec spec_;
-  std::vector<std::vector<int>> dims_;  // mesh axes per dimension, trailing empties dropped
-  std::vector<int> unreduced_;
+  // Immutable and shared: copying a sharding is a reference-count increment.
+  struct Data {
+    Mesh mesh;
+    PartitionSpec spec;
+    std::vector<std::vector<int>> dims;  // mesh axes per dimension, trailing empties dropped
+    std::vector<int> unreduced;
+    size_t hash;
+  };
+  std::shared_ptr<const Data> d_;
 };
 
 inline std::string to_string(const NamedSharding& s) {
