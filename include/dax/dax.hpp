@@ -18,3 +18,5 @@
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/matmul.hpp>
+#include <dax/ops/shape.hpp>
+#include <dax/ops/random.hpp>

@@ -55,14 +55,14 @@ template <class T>
 std::vector<T> gather_to_host(const DistArray<T>& x);
 }  // namespace detail
 
-template <class T>
+template <class Elem>
 class DistArray {
-  static_assert(Element<T>, "dax::DistArray: unsupported element type");
+  static_assert(Element<Elem>, "dax::DistArray: unsupported element type");
 
  public:
-  using value_type = T;
-  using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  using value_type = Elem;
+  using RowMajorMatrix = Eigen::Matrix<Elem, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Vector = Eigen::Matrix<Elem, Eigen::Dynamic, 1>;
 
   /// An array from its parts; `local` holds this rank's piece (null on ranks outside the mesh).
   DistArray(Shape shape, NamedSharding sharding, std::shared_ptr<detail::Buffer> local)
@@ -76,7 +76,7 @@ class DistArray {
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t size() const { return numel(shape_); }
   const NamedSharding& sharding() const { return sharding_; }
-  DType dtype() const { return dtype_v<T>; }
+  DType dtype() const { return dtype_v<Elem>; }
 
   /// Whether this rank holds a piece (it is a device of the array's mesh).
   bool is_addressable() const { return static_cast<bool>(local_); }
@@ -84,8 +84,8 @@ class DistArray {
   const Box& local_index() const { return local_index_; }
   Shape local_shape() const { return box_shape(local_index_); }
   int64_t local_size() const { return numel(local_index_); }
-  std::span<const T> local_data() const {
-    return {local_ ? static_cast<const T*>(local_->data()) : nullptr, static_cast<size_t>(local_ ? local_size() : 0)};
+  std::span<const Elem> local_data() const {
+    return {local_ ? static_cast<const Elem*>(local_->data()) : nullptr, static_cast<size_t>(local_ ? local_size() : 0)};
   }
 
   /// The local piece as a row-major matrix: (product of the leading dims, last dim); a 1-d piece
@@ -102,14 +102,17 @@ class DistArray {
   }
 
   /// The pieces this process holds (one, or none on ranks outside the mesh).
-  std::vector<Shard<T>> addressable_shards() const {
+  std::vector<Shard<Elem>> addressable_shards() const {
     if (!local_) return {};
     const int rank = Runtime::current().rank();
-    return {Shard<T>{rank, local_index_, sharding_.replica_id(rank), ShardData<T>(local_, local_size())}};
+    return {Shard<Elem>{rank, local_index_, sharding_.replica_id(rank), ShardData<Elem>(local_, local_size())}};
   }
 
+  /// The array with its dimensions reversed (the spec moves with them; no communication).
+  DistArray<Elem> T() const;
+
   /// The global (reduced) value, row-major, on every device of the mesh. Collective.
-  std::vector<T> to_host() const { return detail::gather_to_host(*this); }
+  std::vector<Elem> to_host() const { return detail::gather_to_host(*this); }
 
   /// The shared buffer of the local piece (internal: ops and reshards read it).
   const std::shared_ptr<detail::Buffer>& buffer() const { return local_; }
@@ -124,3 +127,4 @@ class DistArray {
 }  // namespace dax
 
 #include <dax/array/reshard.hpp>  // defines gather_to_host
+#include <dax/array/transpose.hpp>  // defines T()

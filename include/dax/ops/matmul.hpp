@@ -12,6 +12,7 @@
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/matmul_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
+#include <dax/ops/shape.hpp>
 
 namespace dax {
 namespace detail {
@@ -19,33 +20,6 @@ namespace detail {
 inline RuleCache<MatmulRule>& matmul_rules() {
   static RuleCache<MatmulRule> cache;
   return cache;
-}
-
-/// The same data under another shape and sharding (only for inserting or dropping dimensions of
-/// size 1 that no mesh axis splits: the local piece's bytes are unchanged).
-template <class T>
-DistArray<T> relabel(const DistArray<T>& x, Shape shape, NamedSharding sharding) {
-  return DistArray<T>(std::move(shape), std::move(sharding), x.buffer());
-}
-
-/// x with a dimension of 1 inserted at `dim`, unsplit.
-template <class T>
-DistArray<T> insert_unit_dim(const DistArray<T>& x, size_t dim) {
-  Shape shape = x.shape();
-  shape.insert(shape.begin() + dim, 1);
-  auto dims = dims_of(x.sharding(), x.ndim());
-  dims.insert(dims.begin() + dim, std::vector<int>{});
-  return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
-}
-
-/// x without its unsplit dimension of 1 at `dim`.
-template <class T>
-DistArray<T> drop_unit_dim(const DistArray<T>& x, size_t dim) {
-  Shape shape = x.shape();
-  shape.erase(shape.begin() + dim);
-  auto dims = dims_of(x.sharding(), x.ndim());
-  dims.erase(dims.begin() + dim);
-  return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
 }
 
 template <class T>

@@ -11,6 +11,7 @@
 #include <dax/ops/reduction_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
 #include <dax/ops/elementwise.hpp>
+#include <dax/ops/shape.hpp>
 
 namespace dax {
 namespace detail {
@@ -93,6 +94,36 @@ template <class T>
 DistArray<T> prod(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
   return detail::reduce(x, dims, keepdims, detail::ReduceOp::prod, T(1), [](T a, T b) { return T(a * b); },
                         "prod");
+}
+
+}  // namespace dax
+
+namespace dax {
+
+/// log(sum(exp(x))) over `dims`, computed stably (the max is taken out first).
+template <class T>
+DistArray<T> logsumexp(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
+  const DistArray<T> m = max(x, dims, true);
+  DistArray<T> r = m + log(sum(exp(x - m), dims, true));
+  if (keepdims) return r;
+  std::vector<int> drop;
+  const auto flags = detail::reduced_dims(x.shape(), dims, "logsumexp");
+  for (size_t d = 0; d < flags.size(); ++d)
+    if (flags[d]) drop.push_back(static_cast<int>(d));
+  return squeeze(r, drop);
+}
+
+/// exp(x) / sum(exp(x)) along `axis`, stably.
+template <class T>
+DistArray<T> softmax(const DistArray<T>& x, int axis = -1) {
+  const DistArray<T> e = exp(x - max(x, {axis}, true));
+  return e / sum(e, {axis}, true);
+}
+
+/// x - logsumexp(x) along `axis`.
+template <class T>
+DistArray<T> log_softmax(const DistArray<T>& x, int axis = -1) {
+  return x - logsumexp(x, {axis}, true);
 }
 
 }  // namespace dax

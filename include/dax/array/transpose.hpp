@@ -1,0 +1,48 @@
+// transpose(x, perm) and x.T(): dimensions reordered, the spec moving with them, so no data
+// crosses devices; each device permutes its own piece.
+#pragma once
+
+#include <numeric>
+#include <vector>
+
+#include <dax/array/dist_array.hpp>
+#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/cpu/transpose.hpp>
+#include <dax/sharding/build.hpp>
+
+namespace dax {
+
+/// x with dimension i of the result taken from dimension perm[i] of x (reversed when perm is empty).
+template <class T>
+DistArray<T> transpose(const DistArray<T>& x, std::vector<int> perm = {}) {
+  const int n = x.ndim();
+  if (perm.empty()) {
+    perm.resize(n);
+    std::iota(perm.rbegin(), perm.rend(), 0);
+  }
+  std::vector<bool> seen(n, false);
+  DAX_CHECK(static_cast<int>(perm.size()) == n, "transpose: perm has ", perm.size(), " entries for an array of rank ", n);
+  for (int& p : perm) {
+    DAX_CHECK(p >= -n && p < n && !seen[p < 0 ? p + n : p], "transpose: perm is not a permutation of 0..", n - 1);
+    p = p < 0 ? p + n : p;
+    seen[p] = true;
+  }
+  Shape shape(n);
+  std::vector<std::vector<int>> dims(n);
+  for (int i = 0; i < n; ++i) {
+    shape[i] = x.shape()[perm[i]];
+    dims[i] = x.sharding().dim_axes(perm[i]);
+  }
+  const NamedSharding sharding = detail::make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes());
+  if (!x.is_addressable()) return DistArray<T>(shape, sharding, nullptr);
+  auto buffer = detail::cpu::allocate(x.local_size() * sizeof(T));
+  detail::cpu::permute(x.local_data().data(), x.local_shape(), perm, static_cast<T*>(buffer->data()));
+  return DistArray<T>(shape, sharding, std::move(buffer));
+}
+
+template <class Elem>
+DistArray<Elem> DistArray<Elem>::T() const {
+  return transpose(*this);
+}
+
+}  // namespace dax

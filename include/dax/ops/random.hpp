@@ -1,0 +1,92 @@
+// dax::random: JAX-style keys and counter-based sampling. Element i of a random array takes the
+// Philox-4x32-10 output of counter (i, stream...) under the key, so values do not depend on the
+// sharding, the rank count or the backend. Each device fills its own piece; nothing moves.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <dax/array/creation.hpp>
+#include <dax/core/philox.hpp>
+
+namespace dax::random {
+
+/// A generator state: two 32-bit words, as jax.random.key.
+struct Key {
+  uint32_t k0 = 0, k1 = 0;
+  friend bool operator==(const Key&, const Key&) = default;
+};
+
+inline Key key(uint64_t seed) { return Key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}; }
+
+/// `n` independent keys derived from `k` (counter space 0xFFFFFFFF, disjoint from sampling).
+inline std::vector<Key> split(const Key& k, int n = 2) {
+  std::vector<Key> out;
+  for (int i = 0; i < n; ++i) {
+    const auto r = detail::philox4x32_10({{static_cast<uint32_t>(i), 0, 0, 0xFFFFFFFFu}}, k.k0, k.k1);
+    out.push_back(Key{r.c[0], r.c[1]});
+  }
+  return out;
+}
+
+namespace detail {
+
+/// The four words for global element `index`.
+inline dax::detail::Philox4x32 bits(const Key& k, uint64_t index) {
+  return dax::detail::philox4x32_10(
+      {{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0, 0}}, k.k0, k.k1);
+}
+
+/// Uniform in [0, 1) from one word (float: 24 bits) or two (double: 53 bits).
+template <class T>
+T unit(const dax::detail::Philox4x32& r, int word) {
+  if constexpr (sizeof(T) == 4) return static_cast<T>(r.c[word] >> 8) * static_cast<T>(1.0 / 16777216.0);
+  const uint64_t x = (static_cast<uint64_t>(r.c[word]) << 21) ^ (r.c[word + 1] >> 11);
+  return static_cast<T>(static_cast<double>(x & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0));
+}
+
+/// Fills this rank's piece with f(bits of its global element index).
+template <class T, class F>
+DistArray<T> sample(const Shape& shape, const NamedSharding& sharding, F&& f) {
+  return dax::detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
+    const size_t n = index.size();
+    std::vector<int64_t> idx(n);
+    for (size_t i = 0; i < n; ++i) idx[i] = index[i].start;
+    const int64_t count = numel(index);
+    for (int64_t e = 0; e < count; ++e) {
+      int64_t flat = 0;
+      for (size_t i = 0; i < n; ++i) flat = flat * shape[i] + idx[i];
+      data[e] = f(static_cast<uint64_t>(flat));
+      for (size_t i = n; i-- > 0;) {
+        if (++idx[i] < index[i].stop) break;
+        idx[i] = index[i].start;
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+/// Uniform in [lo, hi).
+template <class T>
+DistArray<T> uniform(const Key& k, const Shape& shape, const NamedSharding& sharding, T lo = T(0), T hi = T(1)) {
+  return detail::sample<T>(shape, sharding, [&](uint64_t i) { return lo + (hi - lo) * detail::unit<T>(detail::bits(k, i), 0); });
+}
+
+/// Standard normal (Box-Muller on the element's own words), times `stddev`, plus `mean`.
+template <class T>
+DistArray<T> normal(const Key& k, const Shape& shape, const NamedSharding& sharding, T mean = T(0), T stddev = T(1)) {
+  return detail::sample<T>(shape, sharding, [&](uint64_t i) {
+    const auto r = detail::bits(k, i);
+    const double u1 = 1.0 - detail::unit<double>(r, 0), u2 = detail::unit<double>(r, 2);
+    return static_cast<T>(mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  });
+}
+
+/// True with probability p.
+inline DistArray<bool> bernoulli(const Key& k, double p, const Shape& shape, const NamedSharding& sharding) {
+  return detail::sample<bool>(shape, sharding, [&](uint64_t i) { return detail::unit<double>(detail::bits(k, i), 0) < p; });
+}
+
+}  // namespace dax::random

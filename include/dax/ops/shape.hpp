@@ -1,0 +1,98 @@
+// Shape ops that need no data movement beyond what their sharding forces: expand_dims, squeeze
+// (dimensions of 1, relabelled in place), broadcast_to (each device stretches its own piece).
+// transpose lives in array/transpose.hpp (x.T() needs it).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include <dax/array/reshard.hpp>
+#include <dax/array/transpose.hpp>
+#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/ops/elementwise_rule.hpp>
+#include <dax/sharding/build.hpp>
+
+namespace dax {
+namespace detail {
+
+/// The same data under another shape and sharding (only for inserting or dropping dimensions of
+/// size 1 that no mesh axis splits: the local piece's bytes are unchanged).
+template <class T>
+DistArray<T> relabel(const DistArray<T>& x, Shape shape, NamedSharding sharding) {
+  return DistArray<T>(std::move(shape), std::move(sharding), x.buffer());
+}
+
+/// x with a dimension of 1 inserted at `dim`, unsplit.
+template <class T>
+DistArray<T> insert_unit_dim(const DistArray<T>& x, size_t dim) {
+  Shape shape = x.shape();
+  shape.insert(shape.begin() + dim, 1);
+  auto dims = dims_of(x.sharding(), x.ndim());
+  dims.insert(dims.begin() + dim, std::vector<int>{});
+  return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
+}
+
+/// x without its unsplit dimension of 1 at `dim`.
+template <class T>
+DistArray<T> drop_unit_dim(const DistArray<T>& x, size_t dim) {
+  Shape shape = x.shape();
+  shape.erase(shape.begin() + dim);
+  auto dims = dims_of(x.sharding(), x.ndim());
+  dims.erase(dims.begin() + dim);
+  return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
+}
+
+inline int normalize_dim(int d, int rank, const char* op) {
+  DAX_CHECK(d >= -rank && d < rank, op, ": axis ", d, " is out of range for rank ", rank);
+  return d < 0 ? d + rank : d;
+}
+
+}  // namespace detail
+
+/// x with a new dimension of 1 at `dim` (negative counts from the end of the result).
+template <class T>
+DistArray<T> expand_dims(const DistArray<T>& x, int dim) {
+  return detail::insert_unit_dim(x, detail::normalize_dim(dim, x.ndim() + 1, "expand_dims"));
+}
+
+/// x without its dimensions of 1 listed in `dims` (all of them when empty). A split dimension of 1
+/// is gathered first.
+template <class T>
+DistArray<T> squeeze(const DistArray<T>& x, std::vector<int> dims = {}) {
+  if (dims.empty())
+    for (int d = 0; d < x.ndim(); ++d)
+      if (x.shape()[d] == 1) dims.push_back(d);
+  for (int& d : dims) {
+    d = detail::normalize_dim(d, x.ndim(), "squeeze");
+    DAX_CHECK(x.shape()[d] == 1, "squeeze: dimension ", d, " of ", to_string(x.shape()), " is not of size 1");
+  }
+  auto layout = detail::dims_of(x.sharding(), x.ndim());
+  for (int d : dims) layout[d].clear();
+  DistArray<T> y = detail::moved_to(x, detail::make_sharding(x.sharding().mesh(), layout, x.sharding().unreduced_axes()));
+  std::sort(dims.rbegin(), dims.rend());
+  for (int d : dims) y = detail::drop_unit_dim(y, d);
+  return y;
+}
+
+/// x stretched to `shape` by NumPy's rules; stretched dimensions are replicated.
+template <class T>
+DistArray<T> broadcast_to(const DistArray<T>& x, const Shape& shape) {
+  const Mesh& mesh = x.sharding().mesh();
+  const NamedSharding whole = detail::make_sharding(mesh, std::vector<std::vector<int>>(shape.size()), {});
+  // The elementwise rule with a stand-in operand of the target shape; stretching is exact on
+  // partial sums, so x may stay unreduced.
+  const detail::ElementwiseRule rule =
+      detail::elementwise_rule({x.shape(), shape}, {x.sharding(), whole}, detail::Linearity::scaling);
+  DAX_CHECK(rule.out_shape == shape, "broadcast_to: ", to_string(x.shape()), " does not broadcast to ",
+            to_string(shape));
+  const DistArray<T> in = detail::moved_to(x, rule.inputs[0]);
+  if (!in.is_addressable()) return DistArray<T>(shape, rule.output, nullptr);
+  const Shape local = box_shape(rule.output.device_indices(Runtime::current().rank(), shape));
+  auto buffer = detail::cpu::allocate(numel(local) * sizeof(T));
+  detail::cpu::broadcast_map(static_cast<T*>(buffer->data()), local,
+                             {detail::cpu::broadcast_strides(in.local_shape(), local)}, [](T v) { return v; },
+                             in.local_data().data());
+  return DistArray<T>(shape, rule.output, std::move(buffer));
+}
+
+}  // namespace dax

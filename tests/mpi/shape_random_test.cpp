@@ -1,0 +1,116 @@
+// transpose, expand_dims, squeeze, broadcast_to, softmax and friends, and random arrays that are
+// the same for every sharding and rank count.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "helpers.hpp"
+
+using dax::Mesh;
+using dax::NamedSharding;
+using dax::P;
+using dax::Shape;
+
+namespace {
+
+template <class T>
+auto host(const dax::DistArray<T>& x) {
+  return x.is_addressable() ? x.to_host() : decltype(x.to_host()){};
+}
+
+}  // namespace
+
+TEST_CASE("transpose moves the spec with the dimensions and communicates nothing", "[ops][shape]") {
+  std::mt19937 rng(12);
+  for (const Mesh& mesh : dax::test::meshes_that_fit()) {
+    const Shape shape{3, 4, 5};
+    const auto h = dax::test::random_values<float>(60, rng);
+    for (const NamedSharding& s : dax::test::all_shardings(mesh, 3, false)) {
+      const auto x = dax::device_put(h, shape, s);
+      dax::comm_stats().reset();
+      const auto t = dax::transpose(x, {2, 0, 1});
+      const auto tt = x.T();
+      CHECK(dax::comm_stats().total_bytes() == 0);
+      CHECK(t.shape() == Shape{5, 3, 4});
+      CHECK(t.sharding().dim_axes(0) == s.dim_axes(2));
+      if (!mesh.contains(dax::test::world_rank())) continue;
+      const auto ht = t.to_host(), htt = tt.to_host();
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 4; ++j)
+          for (int k = 0; k < 5; ++k) {
+            REQUIRE(ht[(k * 3 + i) * 4 + j] == h[(i * 4 + j) * 5 + k]);
+            REQUIRE(htt[(k * 4 + j) * 3 + i] == h[(i * 4 + j) * 5 + k]);
+          }
+    }
+  }
+}
+
+TEST_CASE("expand_dims, squeeze and broadcast_to", "[ops][shape]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  std::vector<double> h(3 * n);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = double(i) - 2.5;
+  const auto x = dax::device_put(h, {3 * n}, NamedSharding(mesh, P("x")));
+  const auto e = dax::expand_dims(x, 0);
+  CHECK(e.shape() == Shape{1, 3 * n});
+  CHECK(e.to_host() == h);
+  CHECK(dax::squeeze(e).shape() == Shape{3 * n});
+  const auto b = dax::broadcast_to(x, {2, 3 * n});
+  std::vector<double> want(h);
+  want.insert(want.end(), h.begin(), h.end());
+  CHECK(b.to_host() == want);
+  CHECK(b.sharding() == NamedSharding(mesh, P(dax::none, "x")));
+}
+
+TEST_CASE("softmax, log_softmax and logsumexp", "[ops][reduction]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  std::mt19937 rng(3);
+  const Shape shape{4, 2 * n + 1};
+  const auto h = dax::test::random_values<double>(dax::numel(shape), rng);
+  for (const auto& spec : {P("x"), P(dax::none, "x")}) {
+    const auto x = dax::device_put(h, shape, NamedSharding(mesh, spec));
+    const auto sm = dax::softmax(x).to_host(), lsm = dax::log_softmax(x).to_host();
+    const auto lse = dax::logsumexp(x, {1}).to_host();
+    const int64_t cols = shape[1];
+    for (int i = 0; i < 4; ++i) {
+      double mx = -1e300, total = 0;
+      for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, h[i * cols + j]);
+      for (int64_t j = 0; j < cols; ++j) total += std::exp(h[i * cols + j] - mx);
+      CHECK(lse[i] == Approx(mx + std::log(total)).epsilon(1e-12).margin(1e-12));
+      for (int64_t j = 0; j < cols; ++j) {
+        CHECK(sm[i * cols + j] == Approx(std::exp(h[i * cols + j] - mx) / total).epsilon(1e-12).margin(1e-12));
+        CHECK(lsm[i * cols + j] == Approx(h[i * cols + j] - mx - std::log(total)).epsilon(1e-12).margin(1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("random arrays are the same for every sharding and rank count", "[random]") {
+  const auto k = dax::random::key(2026);
+  const auto keys = dax::random::split(k, 2);
+  CHECK_FALSE(keys[0] == keys[1]);
+  const Shape shape{7, 5};
+  // The reference: one device holding everything.
+  const Mesh one({1}, {"x"});
+  const auto ref_u = host(dax::random::uniform<float>(keys[0], shape, NamedSharding(one, P())));
+  const auto ref_n = host(dax::random::normal<double>(keys[1], shape, NamedSharding(one, P())));
+  const auto ref_b = host(dax::random::bernoulli(keys[0], 0.3, shape, NamedSharding(one, P())));
+  int in_range = 0, heads = 0;
+  if (dax::test::world_rank() == 0) {
+    for (float v : ref_u) in_range += v >= 0.0f && v < 1.0f;
+    for (bool v : ref_b) heads += v;
+    CHECK(in_range == 35);
+    CHECK(heads > 2);
+    CHECK(heads < 25);
+  }
+  for (const Mesh& mesh : dax::test::meshes_that_fit()) {
+    for (const NamedSharding& s : dax::test::all_shardings(mesh, 2, false)) {
+      const auto u = host(dax::random::uniform<float>(keys[0], shape, s));
+      const auto nn = host(dax::random::normal<double>(keys[1], shape, s));
+      if (!mesh.contains(dax::test::world_rank()) || dax::test::world_rank() != 0) continue;
+      REQUIRE(u == ref_u);
+      REQUIRE(nn == ref_n);
+    }
+  }
+}
