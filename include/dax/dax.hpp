@@ -20,3 +20,4 @@
 #include <dax/ops/matmul.hpp>
 #include <dax/ops/shape.hpp>
 #include <dax/ops/random.hpp>
+#include <dax/ops/arg_reduction.hpp>

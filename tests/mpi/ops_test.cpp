@@ -301,3 +301,41 @@ TEST_CASE("matmul communicates what its rule promises", "[ops][matmul][comm_stat
     CHECK(host(z) == host(y));
   }
 }
+
+TEST_CASE("argmax and argmin along split and unsplit dimensions, first index on ties", "[ops][reduction]") {
+  Pick pick;
+  for (int trial = 0; trial < 30; ++trial) {
+    const Shape shape{4, 7, 3};
+    const Mesh& mesh = random_mesh(pick);
+    const auto s = random_sharding(pick, mesh, 3);
+    std::vector<int32_t> h(84);
+    for (auto& v : h) v = static_cast<int32_t>(pick(6));  // many ties
+    const int axis = static_cast<int>(pick(3));
+    const auto x = put(h, shape, s);
+    INFO("trial " << trial << " " << s << " axis " << axis);
+    const auto amax = host(dax::argmax(x, axis)), amin = host(dax::argmin(x, axis, true));
+    if (!mesh.contains(dax::test::world_rank())) continue;
+    std::vector<int64_t> want_max, want_min;
+    const int64_t len = shape[axis];
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 7; ++j)
+        for (int64_t k = 0; k < 3; ++k) {
+          const int64_t idx[3] = {i, j, k};
+          if (idx[axis] != 0) continue;
+          int64_t bmax = 0, bmin = 0;
+          for (int64_t t = 0; t < len; ++t) {
+            int64_t at[3] = {i, j, k};
+            at[axis] = t;
+            const int32_t v = h[(at[0] * 7 + at[1]) * 3 + at[2]];
+            at[axis] = bmax;
+            if (v > h[(at[0] * 7 + at[1]) * 3 + at[2]]) bmax = t;
+            at[axis] = bmin;
+            if (v < h[(at[0] * 7 + at[1]) * 3 + at[2]]) bmin = t;
+          }
+          want_max.push_back(bmax);
+          want_min.push_back(bmin);
+        }
+    CHECK(amax == want_max);
+    CHECK(amin == want_min);
+  }
+}

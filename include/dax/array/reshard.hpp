@@ -136,6 +136,12 @@ DistArray<T> device_put(const DistArray<T>& x, const NamedSharding& target) {
 
 namespace detail {
 
+/// `x` under sharding `s`: itself when it already is, else resharded.
+template <class T>
+DistArray<T> moved_to(const DistArray<T>& x, const NamedSharding& s) {
+  return x.sharding() == s ? x : reshard(x, s);
+}
+
 template <class T>
 std::vector<T> gather_to_host(const DistArray<T>& x) {
   DAX_CHECK(x.is_addressable(), "to_host: rank ", Runtime::current().rank(), " is not a device of ",

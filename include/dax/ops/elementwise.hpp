@@ -22,11 +22,6 @@ inline RuleCache<ElementwiseRule>& elementwise_rules() {
   return cache;
 }
 
-template <class T>
-DistArray<T> moved_to(const DistArray<T>& x, const NamedSharding& s) {
-  return x.sharding() == s ? x : reshard(x, s);
-}
-
 /// out = f(xs...) elementwise, broadcasting, under the elementwise sharding rule.
 template <class Out, class F, class... T>
 DistArray<Out> map(Linearity linearity, F&& f, const DistArray<T>&... xs) {

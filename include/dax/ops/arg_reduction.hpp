@@ -1,0 +1,107 @@
+// argmax / argmin along one dimension: each device finds its best (value, global index) per output
+// element, and when the dimension is split, the group of devices splitting it exchanges those
+// pairs (a small all-gather) and keeps the best, the lowest index winning ties as in NumPy.
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include <dax/array/reshard.hpp>
+#include <dax/backend/cpu/memory.hpp>
+#include <dax/ops/reduction_rule.hpp>
+#include <dax/ops/shape.hpp>
+
+namespace dax {
+namespace detail {
+
+/// Values travel as 64-bit words: floats widened to double bits, integers as they are.
+template <class T>
+int64_t to_word(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const double d = v;
+    int64_t w;
+    std::memcpy(&w, &d, sizeof w);
+    return w;
+  } else {
+    return static_cast<int64_t>(v);
+  }
+}
+
+template <class T>
+T from_word(int64_t w) {
+  if constexpr (std::is_floating_point_v<T>) {
+    double d;
+    std::memcpy(&d, &w, sizeof d);
+    return static_cast<T>(d);
+  } else {
+    return static_cast<T>(w);
+  }
+}
+
+template <class T, class Better>
+DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Better&& better, const char* name) {
+  const int d = normalize_dim(axis, x.ndim(), name);
+  std::vector<bool> flags(x.ndim(), false);
+  flags[d] = true;
+  const ReductionRule rule = reduction_rule(x.shape(), x.sharding(), flags, keepdims, false);
+  const DistArray<T> in = moved_to(x, rule.input);
+  Runtime& rt = Runtime::current();
+  if (!in.is_addressable()) return DistArray<int64_t>(rule.out_shape, rule.partial, nullptr);
+  const Shape local = in.local_shape();
+  const int64_t outer = numel(Shape(local.begin(), local.begin() + d));
+  const int64_t len = local[d], inner = numel(Shape(local.begin() + d + 1, local.end()));
+  const int64_t start = in.local_index()[d].start;
+  const T* data = in.local_data().data();
+  // Per output element: (value word, global index), index -1 where this piece is empty.
+  std::vector<int64_t> mine(2 * outer * inner, -1);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = -1;
+      for (int64_t j = 0; j < len; ++j)
+        if (best < 0 || better(data[(o * len + j) * inner + i], data[(o * len + best) * inner + i])) best = j;
+      if (best >= 0) {
+        mine[2 * (o * inner + i)] = to_word(data[(o * len + best) * inner + i]);
+        mine[2 * (o * inner + i) + 1] = start + best;
+      }
+    }
+  std::vector<int64_t> all = mine;
+  int members = 1;
+  if (!rule.axes.empty()) {
+    auto& comm = rt.group(rule.partial.mesh(), rule.axes);
+    all = comm.all_gather_host(mine);
+    members = comm.size();
+    comm_stats().record("all_gather", axes_text(rule.partial.mesh(), rule.axes),
+                        int64_t(mine.size() * sizeof(int64_t)) * (members - 1));
+  }
+  auto buffer = cpu::allocate(outer * inner * sizeof(int64_t));
+  int64_t* out = static_cast<int64_t*>(buffer->data());
+  const size_t stride = mine.size();
+  for (int64_t e = 0; e < outer * inner; ++e) {
+    int64_t idx = -1;
+    T val{};
+    for (int m = 0; m < members; ++m) {
+      const int64_t w = all[m * stride + 2 * e], k = all[m * stride + 2 * e + 1];
+      if (k < 0) continue;
+      const T v = from_word<T>(w);
+      if (idx < 0 || better(v, val) || (!better(val, v) && k < idx)) idx = k, val = v;
+    }
+    out[e] = idx;
+  }
+  return DistArray<int64_t>(rule.out_shape, rule.partial, std::move(buffer));
+}
+
+}  // namespace detail
+
+/// Index of the largest element along `axis` (the first one on ties).
+template <class T>
+DistArray<int64_t> argmax(const DistArray<T>& x, int axis, bool keepdims = false) {
+  return detail::arg_reduce(x, axis, keepdims, [](T a, T b) { return a > b; }, "argmax");
+}
+
+/// Index of the smallest element along `axis` (the first one on ties).
+template <class T>
+DistArray<int64_t> argmin(const DistArray<T>& x, int axis, bool keepdims = false) {
+  return detail::arg_reduce(x, axis, keepdims, [](T a, T b) { return a < b; }, "argmin");
+}
+
+}  // namespace dax
