@@ -21,3 +21,5 @@
 #include <dax/ops/shape.hpp>
 #include <dax/ops/random.hpp>
 #include <dax/ops/arg_reduction.hpp>
+#include <dax/ops/reshape.hpp>
+#include <dax/ops/join.hpp>

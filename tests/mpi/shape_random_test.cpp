@@ -114,3 +114,65 @@ TEST_CASE("random arrays are the same for every sharding and rank count", "[rand
     }
   }
 }
+
+TEST_CASE("reshape keeps major splits without communicating, gathers the rest", "[ops][shape]") {
+  std::mt19937 rng(21);
+  const std::vector<std::pair<Shape, Shape>> cases{{{4, 6}, {24}}, {{4, 6}, {2, 2, 6}}, {{24}, {4, 6}},
+                                                   {{2, 3, 4}, {6, 4}}, {{6, 1, 4}, {3, 2, 4}}, {{8, 3}, {2, -1}},
+                                                   {{0, 3}, {3, 0}}};
+  for (const Mesh& mesh : dax::test::meshes_that_fit()) {
+    for (const auto& [from, to] : cases) {
+      const auto h = dax::test::random_values<int64_t>(dax::numel(from), rng);
+      for (const NamedSharding& s : dax::test::all_shardings(mesh, from.size(), false)) {
+        const auto x = dax::device_put(h, from, s);
+        const std::string plan = dax::explain_reshape(x, to);
+        dax::comm_stats().reset();
+        const auto y = dax::reshape(x, to);
+        if (plan.find("no communication") != std::string::npos) CHECK(dax::comm_stats().total_bytes() == 0);
+        REQUIRE(y.size() == x.size());
+        if (mesh.contains(dax::test::world_rank())) REQUIRE(y.to_host() == h);
+      }
+    }
+  }
+  // The textbook case: rows split 2 ways survive as the major part of a merged dimension.
+  if (dax::test::world_size() >= 2) {
+    const Mesh mesh({2}, {"x"});
+    const auto x = dax::zeros<float>({4, 6}, NamedSharding(mesh, P("x")));
+    CHECK(dax::explain_reshape(x, {24}) == "reshape (4, 6) P('x') -> (24,) P('x'): no communication (each device's piece keeps its data)\n");
+    CHECK(dax::reshape(x, {24}).sharding() == NamedSharding(mesh, P("x")));
+    const auto c = dax::zeros<float>({4, 6}, NamedSharding(mesh, P(dax::none, "x")));
+    CHECK(dax::explain_reshape(c, {24}).find("reshards first") != std::string::npos);
+  }
+}
+
+TEST_CASE("slice, concatenate and stack on random shardings", "[ops][shape]") {
+  std::mt19937 rng(22);
+  for (const Mesh& mesh : dax::test::meshes_that_fit()) {
+    const Shape shape{5, 6};
+    const auto h = dax::test::random_values<float>(30, rng);
+    const auto g = dax::test::random_values<float>(30, rng);
+    for (const NamedSharding& s : dax::test::all_shardings(mesh, 2, false)) {
+      const auto x = dax::device_put(h, shape, s), y = dax::device_put(g, shape, s);
+      const auto sl = dax::slice(x, {1, 0}, {5, 6}, {2, 1});
+      const auto c0 = dax::concatenate<float>({x, y}, 0), c1 = dax::concatenate<float>({x, y}, 1);
+      const auto st = dax::stack<float>({x, y}, 1);
+      if (!mesh.contains(dax::test::world_rank())) continue;
+      CHECK(sl.shape() == Shape{2, 6});
+      std::vector<float> want_sl;
+      for (int i : {1, 3})
+        for (int j = 0; j < 6; ++j) want_sl.push_back(h[i * 6 + j]);
+      CHECK(sl.to_host() == want_sl);
+      std::vector<float> want_c0(h);
+      want_c0.insert(want_c0.end(), g.begin(), g.end());
+      CHECK(c0.to_host() == want_c0);
+      std::vector<float> want_c1, want_st;
+      for (int i = 0; i < 5; ++i) {
+        for (int j = 0; j < 6; ++j) want_c1.push_back(h[i * 6 + j]);
+        for (int j = 0; j < 6; ++j) want_c1.push_back(g[i * 6 + j]);
+      }
+      CHECK(c1.to_host() == want_c1);
+      CHECK(st.shape() == Shape{5, 2, 6});
+      CHECK(st.to_host() == want_c1);  // stacking on axis 1 interleaves the rows the same way
+    }
+  }
+}

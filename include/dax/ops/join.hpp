@@ -1,0 +1,118 @@
+// slice (static start/stop/step), concatenate and stack. Slicing or joining along a split
+// dimension gathers that dimension first; other dimensions keep their split, so slicing or
+// joining along an unsplit dimension communicates nothing.
+#pragma once
+
+#include <vector>
+
+#include <dax/array/reshard.hpp>
+#include <dax/backend/cpu/copy.hpp>
+#include <dax/backend/cpu/memory.hpp>
+#include <dax/ops/shape.hpp>
+#include <dax/sharding/build.hpp>
+
+namespace dax {
+namespace detail {
+
+/// `s` with dimension `dim` unsplit.
+inline NamedSharding unsplit(const NamedSharding& s, size_t ndim, size_t dim) {
+  auto dims = dims_of(s, ndim);
+  dims[dim].clear();
+  return make_sharding(s.mesh(), dims, s.unreduced_axes());
+}
+
+}  // namespace detail
+
+/// x[start:stop:step] along each dimension (missing entries take the whole dimension; step > 0).
+template <class T>
+DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, const std::vector<int64_t>& stop,
+                   std::vector<int64_t> step = {}) {
+  const size_t n = x.ndim();
+  DAX_CHECK(start.size() <= n && stop.size() == start.size(), "slice: ", start.size(), " starts and ", stop.size(),
+            " stops for an array of rank ", n);
+  step.resize(start.size(), 1);
+  Shape shape = x.shape();
+  std::vector<int64_t> lo(n, 0), by(n, 1);
+  NamedSharding s = x.sharding();
+  for (size_t d = 0; d < start.size(); ++d) {
+    DAX_CHECK(step[d] > 0, "slice: step must be positive, got ", step[d], " for dimension ", d);
+    const int64_t a = std::clamp<int64_t>(start[d] < 0 ? start[d] + x.shape()[d] : start[d], 0, x.shape()[d]);
+    const int64_t b = std::clamp<int64_t>(stop[d] < 0 ? stop[d] + x.shape()[d] : stop[d], 0, x.shape()[d]);
+    shape[d] = b > a ? (b - a + step[d] - 1) / step[d] : 0;
+    lo[d] = a;
+    by[d] = step[d];
+    if (shape[d] != x.shape()[d] || a != 0) s = detail::unsplit(s, n, d);
+  }
+  const DistArray<T> in = detail::moved_to(x, s);
+  if (!in.is_addressable()) return DistArray<T>(shape, s, nullptr);
+  const Box piece = s.device_indices(Runtime::current().rank(), shape);
+  const Box src = in.local_index();
+  auto buffer = detail::cpu::allocate(numel(piece) * sizeof(T));
+  T* out = static_cast<T*>(buffer->data());
+  const T* data = in.local_data().data();
+  // Element by element: out[idx] = in[lo + idx * step] (indices relative to each piece).
+  std::vector<int64_t> idx(n);
+  for (size_t d = 0; d < n; ++d) idx[d] = piece[d].start;
+  for (int64_t e = 0; e < numel(piece); ++e) {
+    int64_t off = 0;
+    for (size_t d = 0; d < n; ++d) off = off * src[d].size() + (lo[d] + idx[d] * by[d] - src[d].start);
+    out[e] = data[off];
+    for (size_t d = n; d-- > 0;) {
+      if (++idx[d] < piece[d].stop) break;
+      idx[d] = piece[d].start;
+    }
+  }
+  return DistArray<T>(shape, s, std::move(buffer));
+}
+
+/// The arrays joined along `axis` (same mesh; equal shapes elsewhere). The result is laid out like
+/// the first array with `axis` unsplit.
+template <class T>
+DistArray<T> concatenate(const std::vector<DistArray<T>>& xs, int axis = 0) {
+  DAX_CHECK(!xs.empty(), "concatenate: no arrays given");
+  const size_t n = xs[0].ndim();
+  const size_t d = detail::normalize_dim(axis, static_cast<int>(n), "concatenate");
+  Shape shape = xs[0].shape();
+  shape[d] = 0;
+  for (const auto& x : xs) {
+    Shape other = x.shape(), first = xs[0].shape();
+    DAX_CHECK(other.size() == n, "concatenate: ranks differ: ", to_string(first), " and ", to_string(other));
+    other[d] = first[d] = 0;
+    DAX_CHECK(other == first, "concatenate: shapes ", to_string(xs[0].shape()), " and ", to_string(x.shape()),
+              " differ off axis ", d);
+    shape[d] += x.shape()[d];
+  }
+  const NamedSharding s = detail::unsplit(detail::with_unreduced_axes(xs[0].sharding(), n, {}), n, d);
+  std::vector<DistArray<T>> parts;
+  for (const auto& x : xs) {
+    // Each part laid out like the result (its own shape), reduced.
+    parts.push_back(detail::moved_to(x, s));
+  }
+  if (!parts[0].is_addressable()) return DistArray<T>(shape, s, nullptr);
+  const Box piece = s.device_indices(Runtime::current().rank(), shape);
+  auto buffer = detail::cpu::allocate(numel(piece) * sizeof(T));
+  int64_t offset = 0;
+  for (const auto& p : parts) {
+    Box region = p.local_index();  // the part's piece, in its own coordinates
+    Box placed = region;
+    placed[d] = {region[d].start + offset, region[d].stop + offset};
+    // Copy the part's piece into the result's piece at its offset along `d`.
+    Box src_block = region;
+    src_block[d] = placed[d];
+    detail::cpu::copy_region(p.local_data().data(), src_block, static_cast<T*>(buffer->data()), piece, placed);
+    offset += p.shape()[d];
+  }
+  return DistArray<T>(shape, s, std::move(buffer));
+}
+
+/// The arrays (equal shapes) stacked along a new dimension `axis`.
+template <class T>
+DistArray<T> stack(const std::vector<DistArray<T>>& xs, int axis = 0) {
+  DAX_CHECK(!xs.empty(), "stack: no arrays given");
+  const int d = detail::normalize_dim(axis, xs[0].ndim() + 1, "stack");
+  std::vector<DistArray<T>> expanded;
+  for (const auto& x : xs) expanded.push_back(expand_dims(x, d));
+  return concatenate(expanded, d);
+}
+
+}  // namespace dax
