@@ -23,3 +23,4 @@
 #include <dax/ops/arg_reduction.hpp>
 #include <dax/ops/reshape.hpp>
 #include <dax/ops/join.hpp>
+#include <dax/debug/explain_ops.hpp>

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include "../common/simulate.hpp"
 #include "helpers.hpp"
@@ -65,16 +66,18 @@ dax::DistArray<T> put(const std::vector<T>& host, const Shape& shape, const Name
 
 }  // namespace
 
-TEST_CASE("elementwise ops with broadcasting on random shardings", "[ops][elementwise]") {
+TEMPLATE_TEST_CASE("elementwise ops with broadcasting on random shardings", "[ops][elementwise]", float, double,
+                   int32_t, int64_t) {
+  using T = TestType;
   Pick pick;
   const std::vector<std::pair<Shape, Shape>> pairs{{{5, 6}, {5, 6}}, {{7, 3}, {3}},   {{4, 1, 5}, {3, 5}},
                                                    {{6}, {}},        {{2, 3, 4}, {2, 1, 4}}, {{0, 3}, {3}}};
-  for (int trial = 0; trial < 60; ++trial) {
+  for (int trial = 0; trial < 30; ++trial) {
     const auto& [as, bs] = pairs[trial % pairs.size()];
     const Mesh& mesh = random_mesh(pick);
     const auto sa = random_sharding(pick, mesh, as.size()), sb = random_sharding(pick, mesh, bs.size());
-    const auto ha = dax::test::random_values<float>(dax::numel(as), pick.rng);
-    auto hb = dax::test::random_values<float>(dax::numel(bs), pick.rng);
+    const auto ha = dax::test::random_values<T>(dax::numel(as), pick.rng);
+    auto hb = dax::test::random_values<T>(dax::numel(bs), pick.rng);
     for (auto& v : hb) v = v == 0 ? 1 : v;  // a divisor
     const auto a = put(ha, as, sa), b = put(hb, bs, sb);
     const Shape out = dax::detail::broadcast_shapes({as, bs});
@@ -87,12 +90,12 @@ TEST_CASE("elementwise ops with broadcasting on random shardings", "[ops][elemen
     const auto lt = dax::less(a, b);
     const auto pick_ab = host(dax::where(lt, a, b));
     if (!mesh.contains(dax::test::world_rank())) continue;
-    CHECK(sum == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x + y; }));
-    CHECK(diff == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x - y; }));
-    CHECK(prod == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x * y; }));
-    CHECK(quot == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x / y; }));
-    CHECK(big == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x > y ? x : y; }));
-    CHECK(pick_ab == reference_binary<float>(ha, as, hb, bs, out, [](float x, float y) { return x < y ? x : y; }));
+    CHECK(sum == reference_binary<T>(ha, as, hb, bs, out, [](T x, T y) { return x + y; }));
+    CHECK(diff == reference_binary<T>(ha, as, hb, bs, out, [](T x, T y) { return x - y; }));
+    CHECK(prod == reference_binary<T>(ha, as, hb, bs, out, [](T x, T y) { return x * y; }));
+    CHECK(quot == reference_binary<T>(ha, as, hb, bs, out, [](T x, T y) { return x / y; }));
+    CHECK(big == reference_binary<T>(ha, as, hb, bs, out, [](T x, T y) { return x > y ? x : y; }));
+    CHECK(pick_ab == reference_binary<T>(ha, as, hb, bs, out, [](T x, T y) { return x < y ? x : y; }));
     const auto lh = host(lt);
     CHECK(std::vector<bool>(lh.begin(), lh.end()) ==
           [&] {
@@ -146,13 +149,15 @@ TEST_CASE("unary ops, scalars and astype for every dtype", "[ops][elementwise]")
   }
 }
 
-TEST_CASE("reductions over random dimensions, exact on uneven pieces", "[ops][reduction]") {
+TEMPLATE_TEST_CASE("reductions over random dimensions, exact on uneven pieces", "[ops][reduction]", double, float,
+                   int64_t) {
+  using T = TestType;
   Pick pick;
-  for (int trial = 0; trial < 40; ++trial) {
+  for (int trial = 0; trial < 20; ++trial) {
     const Shape shape{5, 3, 4};
     const Mesh& mesh = random_mesh(pick);
     const auto s = random_sharding(pick, mesh, 3);
-    const auto h = dax::test::random_values<double>(60, pick.rng);
+    const auto h = dax::test::random_values<T>(60, pick.rng);
     const auto x = put(h, shape, s);
     std::vector<int> dims;
     for (int d = 0; d < 3; ++d)
@@ -170,7 +175,8 @@ TEST_CASE("reductions over random dimensions, exact on uneven pieces", "[ops][re
     for (int d = 0; d < 3; ++d)
       if (!red[d]) out.push_back(shape[d]);
       else if (keep) out.push_back(1);
-    std::vector<double> rs(dax::numel(out), 0.0), rmx(dax::numel(out), -1e300), rmn(dax::numel(out), 1e300);
+    std::vector<T> rs(dax::numel(out), T(0)), rmx(dax::numel(out), std::numeric_limits<T>::lowest()),
+        rmn(dax::numel(out), std::numeric_limits<T>::max());
     int64_t count = 1;
     for (int d = 0; d < 3; ++d) count *= red[d] ? shape[d] : 1;
     for (int64_t i = 0; i < 5; ++i)
@@ -180,7 +186,7 @@ TEST_CASE("reductions over random dimensions, exact on uneven pieces", "[ops][re
           const int64_t idx[3] = {i, j, k};
           for (int d = 0; d < 3; ++d)
             if (!red[d]) o = o * shape[d] + idx[d];
-          const double v = h[(i * 3 + j) * 4 + k];
+          const T v = h[(i * 3 + j) * 4 + k];
           rs[o] += v;
           rmx[o] = std::max(rmx[o], v);
           rmn[o] = std::min(rmn[o], v);
@@ -189,7 +195,8 @@ TEST_CASE("reductions over random dimensions, exact on uneven pieces", "[ops][re
     CHECK(hs == rs);
     CHECK(hmx == rmx);
     CHECK(hmn == rmn);
-    for (size_t o = 0; o < rs.size(); ++o) CHECK(hme[o] == Approx(rs[o] / double(count)));
+    if constexpr (std::is_floating_point_v<T>)
+      for (size_t o = 0; o < rs.size(); ++o) CHECK(hme[o] == Approx(double(rs[o]) / double(count)));
   }
 }
 
@@ -217,17 +224,19 @@ TEST_CASE("sums of unreduced values, and reduce-scatter on request", "[ops][redu
   CHECK(host(scattered) == col);
 }
 
-TEST_CASE("matmul on random shardings: 1-d, 2-d and batched with broadcasting", "[ops][matmul]") {
+TEMPLATE_TEST_CASE("matmul on random shardings: 1-d, 2-d and batched with broadcasting", "[ops][matmul]", float,
+                   double, int32_t, int64_t) {
+  using T = TestType;
   Pick pick;
   struct Case { Shape a, b; };
   const std::vector<Case> cases{{{6, 5}, {5, 4}}, {{7, 3}, {3, 9}}, {{2, 4, 3}, {3, 5}}, {{2, 4, 3}, {2, 3, 5}},
                                 {{3, 1, 4, 2}, {5, 2, 3}}, {{5}, {5, 3}}, {{4, 5}, {5}}, {{6}, {6}}};
-  for (int trial = 0; trial < 48; ++trial) {
+  for (int trial = 0; trial < 24; ++trial) {
     const Case& c = cases[trial % cases.size()];
     const Mesh& mesh = random_mesh(pick);
     const auto sa = random_sharding(pick, mesh, c.a.size()), sb = random_sharding(pick, mesh, c.b.size());
-    const auto ha = dax::test::random_values<float>(dax::numel(c.a), pick.rng);
-    const auto hb = dax::test::random_values<float>(dax::numel(c.b), pick.rng);
+    const auto ha = dax::test::random_values<T>(dax::numel(c.a), pick.rng);
+    const auto hb = dax::test::random_values<T>(dax::numel(c.b), pick.rng);
     INFO("trial " << trial << " " << dax::to_string(c.a) << " " << sa << " @ " << dax::to_string(c.b) << " " << sb);
     const auto got = dax::matmul(put(ha, c.a, sa), put(hb, c.b, sb));
     const auto h = host(got);
@@ -239,12 +248,12 @@ TEST_CASE("matmul on random shardings: 1-d, 2-d and batched with broadcasting", 
     const int64_t m = a2[a2.size() - 2], k = a2.back(), nn = b2.back();
     const Shape ab(a2.begin(), a2.end() - 2), bb(b2.begin(), b2.end() - 2);
     const Shape batch = dax::detail::broadcast_shapes({ab, bb});
-    std::vector<float> want;
+    std::vector<T> want;
     for (int64_t t = 0; t < dax::numel(batch); ++t) {
       const int64_t ta = source_index(ab, batch, t), tb = source_index(bb, batch, t);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < nn; ++j) {
-          float acc = 0;
+          T acc = 0;
           for (int64_t l = 0; l < k; ++l) acc += ha[(ta * m + i) * k + l] * hb[(tb * k + l) * nn + j];
           want.push_back(acc);
         }
@@ -338,4 +347,18 @@ TEST_CASE("argmax and argmin along split and unsplit dimensions, first index on 
     CHECK(amax == want_max);
     CHECK(amin == want_min);
   }
+}
+
+TEST_CASE("explain for elementwise ops and sums", "[ops][explain]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  const auto a = dax::zeros<float>({8 * n, 4}, NamedSharding(mesh, P("x")));
+  const auto b = dax::zeros<float>({4}, NamedSharding(mesh, P()));
+  CHECK(dax::explain_elementwise(a, b) ==
+        dax::detail::cat("elementwise -> (", 8 * n, ", 4) P('x', None)\n  operand 0 (", 8 * n,
+                         ", 4) P('x') -> P('x', None): 0 bytes/device\n  operand 1 (4,) P() -> P(None): 0 bytes/device\n"
+                         "  total 0 bytes/device\n"));
+  const std::string s = dax::explain_sum(a, {0});
+  CHECK(s.find("sum: local partial sums P(None, unreduced={'x'})") == 0);
+  if (n > 1) CHECK(s.find("all_reduce over ('x',)") != std::string::npos);
 }
