@@ -128,6 +128,7 @@ TEST_CASE("unary ops, scalars and astype for every dtype", "[ops][elementwise]")
     const auto q = host(dax::sqrt(dax::abs(x) + 1.0));
     const auto sq = host(dax::square(n));
     const auto cast = host(dax::astype<int32_t>(x * 2.0));
+    const auto member_cast = host((x * 2.0).template astype<int64_t>());
     auto acc = x;
     acc += x;
     acc *= 3.0;
@@ -145,6 +146,7 @@ TEST_CASE("unary ops, scalars and astype for every dtype", "[ops][elementwise]")
     for (size_t i = 0; i < hi.size(); ++i) {
       CHECK(sq[i] == hi[i] * hi[i]);
       CHECK(cast[i] == int32_t(hd[i] * 2.0));
+      CHECK(member_cast[i] == int64_t(hd[i] * 2.0));
     }
   }
 }

@@ -103,6 +103,12 @@ DistArray<U> astype(const DistArray<T>& x) {
   return detail::map<U>(detail::Linearity::none, [](T v) { return static_cast<U>(v); }, x);
 }
 
+template <class Elem>
+template <class U>
+DistArray<U> DistArray<Elem>::astype() const {
+  return dax::astype<U>(*this);
+}
+
 // ---- with scalars ----
 template <class T, class S>
 concept Scalar = std::is_arithmetic_v<S> && !std::is_same_v<S, bool>;
