@@ -118,20 +118,7 @@ DistArray<T> ones(const Shape& shape, const NamedSharding& sharding) {
 template <class T>
 DistArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
   return detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    // Walk the piece's elements in row-major order, tracking their global flat index.
-    const size_t n = index.size();
-    std::vector<int64_t> idx(n);
-    for (size_t i = 0; i < n; ++i) idx[i] = index[i].start;
-    const int64_t count = numel(index);
-    for (int64_t k = 0; k < count; ++k) {
-      int64_t flat = 0;
-      for (size_t i = 0; i < n; ++i) flat = flat * shape[i] + idx[i];
-      data[k] = static_cast<T>(flat);
-      for (size_t i = n; i-- > 0;) {
-        if (++idx[i] < index[i].stop) break;
-        idx[i] = index[i].start;
-      }
-    }
+    for_each_in_box(shape, index, [&](int64_t k, int64_t flat) { data[k] = static_cast<T>(flat); });
   });
 }
 

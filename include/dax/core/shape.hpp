@@ -92,6 +92,25 @@ inline bool is_contiguous_in(const Box& block, const Box& region) {
   return true;
 }
 
+/// Calls f(k, flat) for every element of `box` in row-major order: k its offset inside the box,
+/// flat its row-major index in the global array of `shape`.
+template <class F>
+void for_each_in_box(const Shape& shape, const Box& box, F&& f) {
+  const size_t n = box.size();
+  const int64_t count = numel(box);
+  std::vector<int64_t> idx(n);
+  for (size_t i = 0; i < n; ++i) idx[i] = box[i].start;
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t flat = 0;
+    for (size_t i = 0; i < n; ++i) flat = flat * shape[i] + idx[i];
+    f(k, flat);
+    for (size_t i = n; i-- > 0;) {
+      if (++idx[i] < box[i].stop) break;
+      idx[i] = box[i].start;
+    }
+  }
+}
+
 inline std::string to_string(const Shape& shape) {
   std::ostringstream out;
   out << "(";

@@ -50,19 +50,7 @@ T unit(const dax::detail::Philox4x32& r, int word) {
 template <class T, class F>
 DistArray<T> sample(const Shape& shape, const NamedSharding& sharding, F&& f) {
   return dax::detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    const size_t n = index.size();
-    std::vector<int64_t> idx(n);
-    for (size_t i = 0; i < n; ++i) idx[i] = index[i].start;
-    const int64_t count = numel(index);
-    for (int64_t e = 0; e < count; ++e) {
-      int64_t flat = 0;
-      for (size_t i = 0; i < n; ++i) flat = flat * shape[i] + idx[i];
-      data[e] = f(static_cast<uint64_t>(flat));
-      for (size_t i = n; i-- > 0;) {
-        if (++idx[i] < index[i].stop) break;
-        idx[i] = index[i].start;
-      }
-    }
+    for_each_in_box(shape, index, [&](int64_t k, int64_t flat) { data[k] = f(static_cast<uint64_t>(flat)); });
   });
 }
 
