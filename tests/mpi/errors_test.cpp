@@ -2,6 +2,8 @@
 // what came; none leaves a rank waiting (ctest runs this under a timeout).
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "helpers.hpp"
 
 using dax::Mesh;
@@ -38,7 +40,7 @@ TEST_CASE("host data of the wrong size", "[errors]") {
   CHECK(error_of([&] {
           dax::make_array_from_callback<float>({3, 4}, NamedSharding(mesh, P()),
                                                [](const std::vector<dax::Slice>&) { return std::vector<float>(5); });
-        }) == "make_array_from_callback: the piece [0:3, 0:4] has 12 elements but the callback returned 5");
+        }) == "make_array_from_callback: the piece [0:3, 0:4] (rank 0) has 12 elements but the callback returned 5");
 }
 
 TEST_CASE("one rank passing the wrong local piece makes every rank throw", "[errors]") {
@@ -53,6 +55,31 @@ TEST_CASE("one rank passing the wrong local piece makes every rank throw", "[err
                          ", which needs 6"));
   // The runtime still works afterwards: no rank was left inside a collective.
   CHECK(dax::ones<float>({n}, rows).to_host() == std::vector<float>(n, 1.0f));
+}
+
+TEST_CASE("a callback wrong on one rank only makes every rank throw", "[errors]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  const int last = n - 1;
+  const auto message = error_of([&] {
+    dax::make_array_from_callback<int32_t>({2 * n}, NamedSharding(mesh, P("x")), [&](const std::vector<dax::Slice>& index) {
+      return std::vector<int32_t>(index[0].start == 2 * last ? 3 : 2, 7);
+    });
+  });
+  CHECK(message == dax::detail::cat("make_array_from_callback: the piece [", 2 * last, ":", 2 * last + 2, "] (rank ",
+                                    last, ") has 2 elements but the callback returned 3"));
+  CHECK(dax::ones<float>({n}, NamedSharding(mesh, P("x"))).to_host() == std::vector<float>(n, 1.0f));
+}
+
+TEST_CASE("reductions without an identity refuse empty dimensions", "[errors]") {
+  const Mesh mesh({dax::test::world_size()}, {"x"});
+  const auto e = dax::zeros<float>({0, 3}, NamedSharding(mesh, P()));
+  CHECK(error_of([&] { dax::max(e, {0}); }) ==
+        "max: zero-size dimension 0 of (0, 3) has no max (the reduction has no identity)");
+  CHECK(error_of([&] { dax::argmax(e, 0); }).find("zero-size dimension 0") != std::string::npos);
+  CHECK(dax::sum(e, {0}).to_host() == std::vector<float>(3, 0.0f));
+  const auto inf = dax::full<float>({4}, -std::numeric_limits<float>::infinity(), NamedSharding(mesh, P("x")));
+  CHECK(dax::max(inf).to_host()[0] == -std::numeric_limits<float>::infinity());
 }
 
 TEST_CASE("resharding between different meshes", "[errors]") {

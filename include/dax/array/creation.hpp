@@ -59,12 +59,22 @@ DistArray<T> device_put(const std::vector<T>& host, const Shape& shape, const Na
 
 /// An array whose pieces come from `piece(index)`: the row-major data of the global array's region
 /// `index` (one [start, stop) per dimension). Called once per rank, for its own piece.
+/// Collective over the mesh: a callback returning the wrong size on any rank makes every rank throw.
 template <class T, class Callback>
 DistArray<T> make_array_from_callback(const Shape& shape, const NamedSharding& sharding, Callback&& piece) {
-  return detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    const std::vector<T> values = piece(std::vector<Slice>(index));
-    DAX_CHECK(static_cast<int64_t>(values.size()) == numel(index), "make_array_from_callback: the piece ",
-              to_string(index), " has ", numel(index), " elements but the callback returned ", values.size());
+  sharding.check_rank(shape);
+  Runtime& rt = Runtime::current();
+  rt.check_mesh(sharding.mesh());
+  if (!sharding.mesh().contains(rt.rank())) return DistArray<T>(shape, sharding, nullptr);
+  const Box index = sharding.device_indices(rt.rank(), shape);
+  const std::vector<T> values = piece(std::vector<Slice>(index));
+  const auto sizes = rt.mesh_group(sharding.mesh()).all_gather_host(
+      {rt.rank(), static_cast<int64_t>(values.size()), numel(index)});
+  for (size_t i = 0; i < sizes.size(); i += 3)
+    DAX_CHECK(sizes[i + 1] == sizes[i + 2], "make_array_from_callback: the piece ",
+              to_string(sharding.device_indices(static_cast<int>(sizes[i]), shape)), " (rank ", sizes[i], ") has ",
+              sizes[i + 2], " elements but the callback returned ", sizes[i + 1]);
+  return detail::make_local<T>(shape, sharding, [&](T* data, const Box&) {
     std::copy(values.begin(), values.end(), data);
   });
 }

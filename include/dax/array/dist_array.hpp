@@ -111,10 +111,6 @@ class DistArray {
   /// The array with its dimensions reversed (the spec moves with them; no communication).
   DistArray<Elem> T() const;
 
-  /// The array converted elementwise to U (same layout; unreduced values are reduced first).
-  template <class U>
-  DistArray<U> astype() const;
-
   /// The global (reduced) value, row-major, on every device of the mesh. Collective.
   std::vector<Elem> to_host() const { return detail::gather_to_host(*this); }
 
@@ -132,4 +128,3 @@ class DistArray {
 
 #include <dax/array/reshard.hpp>  // defines gather_to_host
 #include <dax/array/transpose.hpp>  // defines T()
-#include <dax/ops/elementwise.hpp>  // defines astype()

@@ -160,13 +160,17 @@ inline ReshardProgram build_program(const ReshardPlan& plan, int device, int64_t
   return program;
 }
 
-/// The process's cache of plans with this rank's programs; cleared before MPI shuts down.
+/// The process's cache of plans with this rank's programs (they hold the runtime's
+/// communicators): cleared when that runtime shuts down, and tied to each new runtime in turn.
 inline PlanCache<ReshardProgram>& reshard_programs() {
-  static PlanCache<ReshardProgram>* cache = [] {
-    auto* c = new PlanCache<ReshardProgram>();
-    Runtime::current().at_shutdown([c] { c->clear(); });
-    return c;
-  }();
+  static auto* cache = new PlanCache<ReshardProgram>();
+  static uint64_t tied_to = 0;
+  Runtime& rt = Runtime::current();
+  if (rt.generation() != tied_to) {
+    cache->clear();
+    tied_to = rt.generation();
+    rt.at_shutdown([] { cache->clear(); });
+  }
   return *cache;
 }
 

@@ -28,8 +28,8 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   explicit CachingAllocator(Raw raw = Raw()) : raw_(std::move(raw)) {}
   ~CachingAllocator() { release_cached(); }
 
-  /// Size classes: multiples of 256 bytes up to 64 KiB, then eighths of a power of two (at most
-  /// 12.5% slack), so recurring sizes land in the same class.
+  /// Size classes: multiples of 256 bytes up to 64 KiB, then sixteenths of a power of two (at most
+  /// 6.25% slack), so recurring sizes land in the same class.
   static size_t size_class(size_t bytes) {
     if (bytes <= 65536) return (bytes + 255) / 256 * 256;
     size_t power = 1;
@@ -51,7 +51,12 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
       return p;
     }
     ++stats_.system_allocations;
-    return raw_.allocate(size);
+    try {
+      return raw_.allocate(size);
+    } catch (...) {  // out of memory: return every cached block, then try once more
+      release_cached_locked();
+      return raw_.allocate(size);
+    }
   }
 
   void deallocate(void* p, size_t bytes) {
@@ -65,6 +70,16 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
+    release_cached_locked();
+  }
+
+  AllocatorStats stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  void release_cached_locked() {
     for (auto& [size, list] : free_) {
       for (void* p : list) {
         raw_.deallocate(p, size);
@@ -75,12 +90,6 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     }
   }
 
-  AllocatorStats stats() const {
-    std::lock_guard lock(mutex_);
-    return stats_;
-  }
-
- private:
   Raw raw_;
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;

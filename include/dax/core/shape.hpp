@@ -43,6 +43,9 @@ inline Shape box_shape(const Box& box) {
   return shape;
 }
 
+/// A box holding no element, even for a rank-0 array (whose full box holds one).
+inline Box empty_box(size_t ndim) { return Box(ndim ? ndim : 1, Slice{0, 0}); }
+
 inline Box full_box(const Shape& shape) {
   Box box(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) box[i] = {0, shape[i]};

@@ -8,6 +8,7 @@
 
 #include <dax/array/reshard.hpp>
 #include <dax/backend/cpu/memory.hpp>
+#include <dax/ops/reduction.hpp>
 #include <dax/ops/reduction_rule.hpp>
 #include <dax/ops/shape.hpp>
 
@@ -43,6 +44,7 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   const int d = normalize_dim(axis, x.ndim(), name);
   std::vector<bool> flags(x.ndim(), false);
   flags[d] = true;
+  check_not_empty(x.shape(), flags, name);
   const ReductionRule rule = reduction_rule(x.shape(), x.sharding(), flags, keepdims, false);
   const DistArray<T> in = moved_to(x, rule.input);
   Runtime& rt = Runtime::current();

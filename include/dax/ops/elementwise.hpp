@@ -57,8 +57,13 @@ template <class T> DistArray<T> subtract(const DistArray<T>& a, const DistArray<
 template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<T>& b) {
   return detail::map<T>(detail::Linearity::scaling, [](T x, T y) { return T(x * y); }, a, b);
 }
+/// Division keeps partial sums only for floating types: integer division does not distribute.
+template <class T>
+inline constexpr detail::Linearity division_linearity =
+    std::is_floating_point_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
+
 template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::scaling, [](T x, T y) { return T(x / y); }, a, b);
+  return detail::map<T>(division_linearity<T>, [](T x, T y) { return T(x / y); }, a, b);
 }
 template <class T> DistArray<T> pow(const DistArray<T>& a, const DistArray<T>& b) {
   return detail::map<T>(detail::Linearity::none, [](T x, T y) { return T(std::pow(x, y)); }, a, b);
@@ -103,12 +108,6 @@ DistArray<U> astype(const DistArray<T>& x) {
   return detail::map<U>(detail::Linearity::none, [](T v) { return static_cast<U>(v); }, x);
 }
 
-template <class Elem>
-template <class U>
-DistArray<U> DistArray<Elem>::astype() const {
-  return dax::astype<U>(*this);
-}
-
 // ---- with scalars ----
 template <class T, class S>
 concept Scalar = std::is_arithmetic_v<S> && !std::is_same_v<S, bool>;
@@ -135,7 +134,7 @@ template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator*(S s, const DistArray<T>& a) { return a * s; }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator/(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::scaling, [v = T(s)](T x) { return T(x / v); }, a);
+  return detail::map<T>(division_linearity<T>, [v = T(s)](T x) { return T(x / v); }, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator/(S s, const DistArray<T>& a) {

@@ -85,8 +85,11 @@ DistArray<T> outer(const DistArray<T>& a, const DistArray<T>& b) {
 template <class T>
 std::string explain_matmul(const DistArray<T>& a, const DistArray<T>& b,
                            const std::optional<NamedSharding>& out = std::nullopt) {
-  return detail::explain_matmul_rule(detail::matmul_rule_for(a, b, out, false, false), a.shape(), b.shape(),
-                                     sizeof(T));
+  const bool av = a.ndim() == 1, bv = b.ndim() == 1;
+  const DistArray<T> a2 = av ? detail::insert_unit_dim(a, 0) : a;
+  const DistArray<T> b2 = bv ? detail::insert_unit_dim(b, 1) : b;
+  return detail::explain_matmul_rule(detail::matmul_rule_for(a2, b2, av || bv ? std::nullopt : out, av, bv),
+                                     a2.shape(), b2.shape(), sizeof(T));
 }
 
 }  // namespace dax

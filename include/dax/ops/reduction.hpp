@@ -21,11 +21,33 @@ inline RuleCache<ReductionRule>& reduction_rules() {
   return cache;
 }
 
+/// The identity of max (lowest) or min (highest): infinities for floating types.
+template <class T>
+T lowest_value() {
+  if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::lowest();
+}
+template <class T>
+T highest_value() {
+  if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::max();
+}
+
+/// Throws (on every rank alike: shapes are metadata) when a reduction without an identity would
+/// fold nothing.
+inline void check_not_empty(const Shape& shape, const std::vector<bool>& flags, const char* name) {
+  for (size_t d = 0; d < shape.size(); ++d)
+    DAX_CHECK(!flags[d] || shape[d] > 0, name, ": zero-size dimension ", d, " of ", to_string(shape),
+              " has no ", name, " (the reduction has no identity)");
+}
+
 template <class T, class Op>
 DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool keepdims, ReduceOp kind, T identity,
                     Op&& op, const char* name) {
+  static_assert(!std::is_same_v<T, bool>, "dax: reduce a DistArray<bool> after astype to an integer type");
   const bool linear = kind == ReduceOp::sum;
   const std::vector<bool> flags = reduced_dims(x.shape(), dims, name);
+  if (kind == ReduceOp::max || kind == ReduceOp::min) check_not_empty(x.shape(), flags, name);
   std::vector<int64_t> params{static_cast<int64_t>(kind), keepdims};
   for (bool f : flags) params.push_back(f);
   const ReductionRule& rule = reduction_rules().get(
@@ -75,18 +97,19 @@ DistArray<T> mean(const DistArray<T>& x, const std::vector<int>& dims = {}, bool
   int64_t count = 1;
   for (size_t d = 0; d < flags.size(); ++d)
     if (flags[d]) count *= x.shape()[d];
+  if constexpr (!std::is_floating_point_v<T>) detail::check_not_empty(x.shape(), flags, "mean");
   return sum(x, dims, keepdims, out) / T(count);
 }
 
 template <class T>
 DistArray<T> max(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
-  return detail::reduce(x, dims, keepdims, detail::ReduceOp::max, std::numeric_limits<T>::lowest(),
+  return detail::reduce(x, dims, keepdims, detail::ReduceOp::max, detail::lowest_value<T>(),
                         [](T a, T b) { return a > b ? a : b; }, "max");
 }
 
 template <class T>
 DistArray<T> min(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
-  return detail::reduce(x, dims, keepdims, detail::ReduceOp::min, std::numeric_limits<T>::max(),
+  return detail::reduce(x, dims, keepdims, detail::ReduceOp::min, detail::highest_value<T>(),
                         [](T a, T b) { return a < b ? a : b; }, "min");
 }
 

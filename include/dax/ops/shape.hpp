@@ -62,9 +62,12 @@ DistArray<T> squeeze(const DistArray<T>& x, std::vector<int> dims = {}) {
   if (dims.empty())
     for (int d = 0; d < x.ndim(); ++d)
       if (x.shape()[d] == 1) dims.push_back(d);
+  std::vector<bool> seen(x.ndim(), false);
   for (int& d : dims) {
     d = detail::normalize_dim(d, x.ndim(), "squeeze");
     DAX_CHECK(x.shape()[d] == 1, "squeeze: dimension ", d, " of ", to_string(x.shape()), " is not of size 1");
+    DAX_CHECK(!seen[d], "squeeze: dimension ", d, " is given twice");
+    seen[d] = true;
   }
   auto layout = detail::dims_of(x.sharding(), x.ndim());
   for (int d : dims) layout[d].clear();

@@ -57,14 +57,14 @@ inline Exchange exchange_for(const Shape& shape, const NamedSharding& from, cons
     const int peer = ex.members[j];
     if (peer == device) {
       ex.self = static_cast<int>(j);
-      ex.send[j] = ex.recv[j] = Box(shape.size(), Slice{0, 0});
+      ex.send[j] = ex.recv[j] = empty_box(shape.size());
       continue;
     }
     const auto pc = mesh.coords(peer);
     ex.recv[j] = is_source(from, reduce_axes, pc, dc) ? intersect(from.box_at(pc, shape), ex.to_block)
-                                                      : Box(shape.size(), Slice{0, 0});
+                                                      : empty_box(shape.size());
     ex.send[j] = is_source(from, reduce_axes, dc, pc) ? intersect(ex.from_block, to.box_at(pc, shape))
-                                                      : Box(shape.size(), Slice{0, 0});
+                                                      : empty_box(shape.size());
   }
   return ex;
 }

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,6 +49,8 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   int rank() const { return rank_; }
+  /// Distinct for every runtime the process creates (caches tied to one runtime check it).
+  uint64_t generation() const { return generation_; }
   int size() const { return size_; }
   Backend backend() const { return backend_; }
 
@@ -116,6 +119,8 @@ class Runtime {
     rank_ = world_->rank();
     size_ = world_->size();
     backend_ = detail::choose_backend();
+    static uint64_t created = 0;
+    generation_ = ++created;
     detail::current_runtime() = this;
   }
 
@@ -126,6 +131,7 @@ class Runtime {
   }
 
   bool owns_mpi_ = false;
+  uint64_t generation_ = 0;
   int rank_ = 0, size_ = 1;
   Backend backend_ = Backend::cpu;
   std::unique_ptr<detail::MpiCommunicator> world_;
