@@ -224,7 +224,7 @@ TEST_CASE("sums of unreduced values, and reduce-scatter on request", "[ops][redu
   CHECK(host(scattered) == col);
 }
 
-TEMPLATE_TEST_CASE("integer division reduces partial sums first", "[ops][elementwise]") {
+TEST_CASE("integer division reduces partial sums first", "[ops][elementwise]") {
   const int n = dax::test::world_size();
   const Mesh mesh({n}, {"x"});
   // Every rank holds 1: the value is n, and n / 2 is not the sum of the halves 1 / 2 = 0.
@@ -236,7 +236,7 @@ TEMPLATE_TEST_CASE("integer division reduces partial sums first", "[ops][element
   CHECK((f / 2.0).to_host() == std::vector<double>{n / 2.0, n / 2.0});
 }
 
-TEST_CASE("matmul on random shardings: 1-d, 2-d and batched with broadcasting", "[ops][matmul]", float,
+TEMPLATE_TEST_CASE("matmul on random shardings: 1-d, 2-d and batched with broadcasting", "[ops][matmul]", float,
                    double, int32_t, int64_t) {
   using T = TestType;
   Pick pick;
