@@ -54,6 +54,12 @@ std::vector<T> slice_of(const std::vector<T>& global, const Shape& shape, const 
   return out;
 }
 
+/// The global data on the mesh's ranks; nothing elsewhere (to_host is collective over the mesh).
+template <class T>
+auto host(const dax::DistArray<T>& x) {
+  return x.is_addressable() ? x.to_host() : decltype(x.to_host()){};
+}
+
 /// Runs `f` and returns the dax::Error message it threw ("(no error)" if none).
 template <class F>
 std::string error_of(F&& f) {

@@ -13,6 +13,7 @@ using dax::Mesh;
 using dax::NamedSharding;
 using dax::P;
 using dax::Shape;
+using dax::test::host;
 
 namespace {
 
@@ -51,12 +52,6 @@ std::vector<T> reference_binary(const std::vector<T>& a, const Shape& as, const 
   std::vector<T> r(dax::numel(out));
   for (int64_t i = 0; i < dax::numel(out); ++i) r[i] = f(a[source_index(as, out, i)], b[source_index(bs, out, i)]);
   return r;
-}
-
-/// The global data on the mesh's ranks; nothing elsewhere (to_host is collective over the mesh).
-template <class T>
-auto host(const dax::DistArray<T>& x) {
-  return x.is_addressable() ? x.to_host() : decltype(x.to_host()){};
 }
 
 template <class T>

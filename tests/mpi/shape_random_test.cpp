@@ -11,14 +11,7 @@ using dax::NamedSharding;
 using dax::P;
 using dax::Shape;
 
-namespace {
-
-template <class T>
-auto host(const dax::DistArray<T>& x) {
-  return x.is_addressable() ? x.to_host() : decltype(x.to_host()){};
-}
-
-}  // namespace
+using dax::test::host;
 
 TEST_CASE("transpose moves the spec with the dimensions and communicates nothing", "[ops][shape]") {
   std::mt19937 rng(12);

@@ -15,14 +15,6 @@
 namespace dax {
 namespace detail {
 
-/// Whether this device holds the value (not zeros) of an unreduced sharding.
-inline bool holds_value(const NamedSharding& s, int device) {
-  const auto c = s.mesh().coords(device);
-  for (int a : s.unreduced_axes())
-    if (c[a] != 0) return false;
-  return true;
-}
-
 /// Allocates this rank's piece and fills it with `fill(T* data, const Box& index)`; ranks outside
 /// the mesh get an array without a piece.
 template <class T, class Fill>
@@ -35,7 +27,7 @@ DistArray<T> make_local(const Shape& shape, const NamedSharding& sharding, Fill&
   const Box index = sharding.device_indices(rt.rank(), shape);
   auto buffer = cpu::allocate(numel(index) * sizeof(T));
   T* data = static_cast<T*>(buffer->data());
-  if (holds_value(sharding, rt.rank())) fill(data, index);
+  if (at_origin_of(sharding.mesh().coords(rt.rank()), sharding.unreduced_axes())) fill(data, index);
   else cpu::fill(data, numel(index), T(0));
   return DistArray<T>(shape, sharding, std::move(buffer));
 }

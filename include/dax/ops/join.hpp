@@ -12,17 +12,6 @@
 #include <dax/sharding/build.hpp>
 
 namespace dax {
-namespace detail {
-
-/// `s` with dimension `dim` unsplit.
-inline NamedSharding unsplit(const NamedSharding& s, size_t ndim, size_t dim) {
-  auto dims = dims_of(s, ndim);
-  dims[dim].clear();
-  return make_sharding(s.mesh(), dims, s.unreduced_axes());
-}
-
-}  // namespace detail
-
 /// x[start:stop:step] along each dimension (missing entries take the whole dimension; step > 0).
 template <class T>
 DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, const std::vector<int64_t>& stop,

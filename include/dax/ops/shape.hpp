@@ -42,6 +42,13 @@ DistArray<T> drop_unit_dim(const DistArray<T>& x, size_t dim) {
   return relabel(x, shape, make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes()));
 }
 
+/// `s` with dimension `dim` unsplit.
+inline NamedSharding unsplit(const NamedSharding& s, size_t ndim, size_t dim) {
+  auto dims = dims_of(s, ndim);
+  dims[dim].clear();
+  return make_sharding(s.mesh(), dims, s.unreduced_axes());
+}
+
 inline int normalize_dim(int d, int rank, const char* op) {
   DAX_CHECK(d >= -rank && d < rank, op, ": axis ", d, " is out of range for rank ", rank);
   return d < 0 ? d + rank : d;
@@ -69,9 +76,9 @@ DistArray<T> squeeze(const DistArray<T>& x, std::vector<int> dims = {}) {
     DAX_CHECK(!seen[d], "squeeze: dimension ", d, " is given twice");
     seen[d] = true;
   }
-  auto layout = detail::dims_of(x.sharding(), x.ndim());
-  for (int d : dims) layout[d].clear();
-  DistArray<T> y = detail::moved_to(x, detail::make_sharding(x.sharding().mesh(), layout, x.sharding().unreduced_axes()));
+  NamedSharding unsplit_dims = x.sharding();
+  for (int d : dims) unsplit_dims = detail::unsplit(unsplit_dims, x.ndim(), d);
+  DistArray<T> y = detail::moved_to(x, unsplit_dims);
   std::sort(dims.rbegin(), dims.rend());
   for (int d : dims) y = detail::drop_unit_dim(y, d);
   return y;

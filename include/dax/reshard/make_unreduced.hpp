@@ -23,9 +23,7 @@ inline std::optional<ReshardStep> plan_make_unreduced(const Shape& shape, const 
 
 /// Whether a device keeps its value in a make_unreduced step (else it holds zeros).
 inline bool keeps_value(const ReshardStep& step, const std::vector<int64_t>& coords) {
-  for (int a : step.axes)
-    if (coords[a] != 0) return false;
-  return true;
+  return at_origin_of(coords, step.axes);
 }
 
 }  // namespace dax::detail

@@ -22,15 +22,9 @@
 
 namespace dax::detail {
 
-/// Every device already holds exactly its target piece (the shardings differ only in axes of
-/// size 1 or in how they are written).
+/// Every device already holds exactly its target piece (the shardings, with the same unreduced
+/// axes, differ only in axes of size 1 or in how they are written).
 inline bool same_layout(const Shape& shape, const NamedSharding& a, const NamedSharding& b) {
-  if (a.unreduced_axes() != b.unreduced_axes()) {
-    for (int x : a.unreduced_axes())
-      if (a.mesh().axis_size(x) > 1 && !b.is_unreduced_over(x)) return false;
-    for (int x : b.unreduced_axes())
-      if (b.mesh().axis_size(x) > 1 && !a.is_unreduced_over(x)) return false;
-  }
   for (int d : a.mesh().devices()) {
     const auto c = a.mesh().coords(d);
     if (a.box_at(c, shape) != b.box_at(c, shape)) return false;

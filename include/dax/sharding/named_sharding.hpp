@@ -105,18 +105,19 @@ class NamedSharding {
               ", but was applied to a value of rank ", shape.size());
   }
 
+  /// Which of dimension `dim`'s pieces the device at mesh coordinates `coords` holds: its
+  /// coordinates on the dimension's axes read with the first axis most significant.
+  int64_t piece_index(const std::vector<int64_t>& coords, size_t dim) const {
+    int64_t piece = 0;
+    for (int a : dim_axes(dim)) piece = piece * d_->mesh.axis_size(a) + coords[a];
+    return piece;
+  }
+
   /// The piece of a global array of `shape` held by the device at mesh coordinates `coords`.
   Box box_at(const std::vector<int64_t>& coords, const Shape& shape) const {
     Box box = full_box(shape);
-    for (size_t d = 0; d < d_->dims.size(); ++d) {
-      if (d_->dims[d].empty()) continue;
-      int64_t piece = 0, k = 1;
-      for (int a : d_->dims[d]) {
-        piece = piece * d_->mesh.axis_size(a) + coords[a];
-        k *= d_->mesh.axis_size(a);
-      }
-      box[d] = detail::chunk_piece(shape[d], k, piece);
-    }
+    for (size_t d = 0; d < d_->dims.size(); ++d)
+      if (!d_->dims[d].empty()) box[d] = detail::chunk_piece(shape[d], num_pieces(d), piece_index(coords, d));
     return box;
   }
 

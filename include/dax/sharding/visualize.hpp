@@ -24,13 +24,6 @@ inline std::string repeat(const std::string& s, int64_t n) {
   return out;
 }
 
-// Piece number of a device along one dimension (mixed radix of its coordinates, major first).
-inline int64_t piece_number(const NamedSharding& s, const std::vector<int64_t>& coords, size_t dim) {
-  int64_t piece = 0;
-  for (int a : s.dim_axes(dim)) piece = piece * s.mesh().axis_size(a) + coords[a];
-  return piece;
-}
-
 // Sizes of cells proportional to the pieces' extents, never narrower than `minimum`.
 inline std::vector<int64_t> proportional(const std::vector<int64_t>& extents, int64_t total_extent,
                                          const std::vector<int64_t>& minimum, int64_t budget) {
@@ -61,8 +54,8 @@ inline std::string sharding_picture(const Shape& shape, const NamedSharding& sha
   std::vector<std::set<int>> cell(rows * cols);
   for (int device : sharding.mesh().devices()) {
     const auto c = sharding.mesh().coords(device);
-    const int64_t r = grid ? detail::piece_number(sharding, c, 0) : 0;
-    const int64_t k = shape.empty() ? 0 : detail::piece_number(sharding, c, col_dim);
+    const int64_t r = grid ? sharding.piece_index(c, 0) : 0;
+    const int64_t k = shape.empty() ? 0 : sharding.piece_index(c, col_dim);
     cell[r * cols + k].insert(device);
   }
   std::vector<std::string> label(cell.size());
