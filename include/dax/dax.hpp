@@ -23,4 +23,5 @@
 #include <dax/ops/arg_reduction.hpp>
 #include <dax/ops/reshape.hpp>
 #include <dax/ops/join.hpp>
+#include <dax/manual/shard_map.hpp>
 #include <dax/debug/explain_ops.hpp>

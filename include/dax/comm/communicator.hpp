@@ -40,6 +40,9 @@ class Communicator {
   virtual void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) = 0;
   virtual void broadcast(void* data, int64_t count, DType type, int root) = 0;
   virtual void barrier() = 0;
+  /// Sends `count` elements to member `dst` while receiving `count` from member `src`; -1 for
+  /// either means none (a ring shift's ends, a permutation's unmatched members).
+  virtual void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) = 0;
   /// Sends member j the region `send[j]` of the caller's piece `send_block` and receives region
   /// `recv[j]` of its piece `recv_block` from member j, straight between the two row-major
   /// buffers, strided or not (the caller's own entries are left out). Prepared once per plan.

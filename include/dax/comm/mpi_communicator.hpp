@@ -179,6 +179,14 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+  void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) override {
+    const MPI_Datatype t = mpi_type(type);
+    const int n = mpi_count(count);
+    mpi_check(MPI_Sendrecv(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, recv, src < 0 ? 0 : n, t,
+                           src < 0 ? MPI_PROC_NULL : src, 0, comm_, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv");
+  }
+
   std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                      const Box& recv_block, const std::vector<Box>& recv,
                                                      int64_t item_bytes) override {

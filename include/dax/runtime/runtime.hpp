@@ -71,8 +71,9 @@ class Runtime {
               ": launch with mpirun -np ", largest + 1, " or use a smaller mesh");
   }
 
-  /// This rank's communicator over the mesh axes `axes` (ascending): the devices that share its
-  /// coordinates on every other axis, ranked by their coordinates on `axes` in mesh order.
+  /// This rank's communicator over the mesh axes `axes`: the devices that share its coordinates on
+  /// every other axis, ranked by their coordinates on `axes`, axes[0] major (so a shard_map
+  /// collective over ('model', 'data') ranks members in that order).
   /// Collective over those devices the first time; cached after.
   detail::Communicator& group(const Mesh& mesh, const std::vector<int>& axes) {
     auto key = std::make_tuple(mesh.shape(), mesh.devices(), axes);
@@ -99,6 +100,9 @@ class Runtime {
     for (int a = 0; a < mesh.num_axes(); ++a) all[a] = a;
     return group(mesh, all);
   }
+
+  /// Every rank of the job.
+  detail::Communicator& world() { return *world_; }
 
   /// Runs `hook` before the runtime shuts MPI down (caches holding communicators clear themselves).
   void at_shutdown(std::function<void()> hook) { shutdown_hooks_.push_back(std::move(hook)); }

@@ -133,8 +133,6 @@ class Mesh {
 
 namespace detail {
 
-/// The devices that share `device`'s coordinates off the mesh axes `axes`, ordered by their
-/// coordinates on `axes` read in mesh order (the rank order of that group's communicator).
 /// Whether `coords` sit at coordinate 0 of every mesh axis in `axes` (the device that holds a
 /// value made unreduced over those axes; the others hold zeros).
 inline bool at_origin_of(const std::vector<int64_t>& coords, const std::vector<int>& axes) {
@@ -143,6 +141,8 @@ inline bool at_origin_of(const std::vector<int64_t>& coords, const std::vector<i
   return true;
 }
 
+/// The devices that share `device`'s coordinates off the mesh axes `axes`, ordered by their
+/// coordinates on `axes` with axes[0] major (the rank order of that group's communicator).
 inline std::vector<int> group_members(const Mesh& mesh, const std::vector<int>& axes, int device) {
   auto coords = mesh.coords(device);
   int64_t count = 1;

@@ -1,0 +1,228 @@
+// The named-axis collectives of shard_map, with JAX's shape rules: psum / pmean / pmax / pmin,
+// all_gather, psum_scatter, all_to_all, ppermute, axis_index, axis_size. Each takes a local block
+// and runs one collective on the communicator of exactly the named axes (members ranked with the
+// first named axis major); the dimension moves around it are local transposes.
+#pragma once
+
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include <dax/array/transpose.hpp>
+#include <dax/backend/cpu/memory.hpp>
+#include <dax/comm/comm_stats.hpp>
+#include <dax/manual/context.hpp>
+#include <dax/ops/elementwise.hpp>
+
+namespace dax {
+namespace detail {
+
+template <class T>
+DistArray<T> local_block(const AxisGroup& g, Shape shape, std::shared_ptr<Buffer> buffer) {
+  return DistArray<T>(std::move(shape), g.ctx->local, std::move(buffer));
+}
+
+/// A local block with dimension `from` moved to position `to`, the others in order.
+template <class T>
+DistArray<T> move_dim(const DistArray<T>& x, int from, int to) {
+  if (from == to) return x;
+  std::vector<int> perm;
+  for (int i = 0; i < x.ndim(); ++i)
+    if (i != from) perm.push_back(i);
+  perm.insert(perm.begin() + to, from);
+  return transpose(x, perm);
+}
+
+/// The same bytes read under another shape (row-major, same element count), as a local block.
+template <class T>
+DistArray<T> with_shape(const DistArray<T>& x, Shape shape) {
+  return DistArray<T>(std::move(shape), manual_context("shard_map").local, x.buffer());
+}
+
+/// `dim` of x split into (n, dim / n), the n-part major.
+template <class T>
+DistArray<T> split_dim(const DistArray<T>& x, int dim, int64_t n) {
+  Shape s = x.shape();
+  s[dim] /= n;
+  s.insert(s.begin() + dim, n);
+  return with_shape(x, s);
+}
+
+/// Dimensions dim and dim + 1 of x merged into one.
+template <class T>
+DistArray<T> merge_dims(const DistArray<T>& x, int dim) {
+  Shape s = x.shape();
+  s[dim] *= s[dim + 1];
+  s.erase(s.begin() + dim + 1);
+  return with_shape(x, s);
+}
+
+inline int dim_in_range(int dim, int count, const char* op, const char* what) {
+  DAX_CHECK(dim >= -count && dim < count, op, ": ", what, " ", dim, " is out of range for ", count,
+            " position", count == 1 ? "" : "s");
+  return dim < 0 ? dim + count : dim;
+}
+
+template <class T>
+DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp op, const char* name) {
+  static_assert(!std::is_same_v<T, bool>, "dax: reductions over mesh axes need a numeric element type");
+  const AxisGroup g = axis_group(names, name);
+  check_local_block(x, g, name);
+  if (g.size == 1) return x;
+  auto out = cpu::allocate(x.size() * sizeof(T));
+  Communicator& comm = g.comm();
+  comm.all_reduce(x.local_data().data(), out->data(), x.size(), dtype_v<T>, op);
+  comm_stats().record("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size);
+  return local_block<T>(g, x.shape(), std::move(out));
+}
+
+}  // namespace detail
+
+/// The sum of x over every device of the named axes (same shape).
+template <class T>
+DistArray<T> psum(const DistArray<T>& x, const AxisNames& axes) {
+  return detail::reduce_over(x, axes, detail::ReduceOp::sum, "psum");
+}
+
+/// The mean of x over the named axes (integer types divide with truncation, like dax::mean).
+template <class T>
+DistArray<T> pmean(const DistArray<T>& x, const AxisNames& axes) {
+  const detail::AxisGroup g = detail::axis_group(axes, "pmean");
+  return detail::reduce_over(x, axes, detail::ReduceOp::sum, "pmean") / static_cast<T>(g.size);
+}
+
+template <class T>
+DistArray<T> pmax(const DistArray<T>& x, const AxisNames& axes) {
+  return detail::reduce_over(x, axes, detail::ReduceOp::max, "pmax");
+}
+
+template <class T>
+DistArray<T> pmin(const DistArray<T>& x, const AxisNames& axes) {
+  return detail::reduce_over(x, axes, detail::ReduceOp::min, "pmin");
+}
+
+/// The number of devices over the named axes.
+inline int axis_size(const AxisNames& axes) { return detail::axis_group(axes, "axis_size").size; }
+
+/// This device's position over the named axes (first named axis major).
+inline int axis_index(const AxisNames& axes) { return detail::axis_group(axes, "axis_index").index; }
+
+/// Every member's block, in member order: stacked as a new dimension `dim` (untiled) or
+/// concatenated along `dim` (tiled).
+template <class T>
+DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 0, bool tiled = false) {
+  const detail::AxisGroup g = detail::axis_group(axes, "all_gather");
+  detail::check_local_block(x, g, "all_gather");
+  dim = detail::dim_in_range(dim, x.ndim() + (tiled ? 0 : 1), "all_gather", "dim");
+  const int64_t n = g.size;
+  Shape stacked = x.shape();
+  stacked.insert(stacked.begin(), n);
+  auto buffer = detail::cpu::allocate(n * x.size() * sizeof(T));
+  if (n == 1) {
+    std::copy(x.local_data().begin(), x.local_data().end(), static_cast<T*>(buffer->data()));
+  } else {
+    std::vector<int64_t> counts(n, x.size()), displs(n);
+    for (int64_t j = 0; j < n; ++j) displs[j] = j * x.size();
+    g.comm().all_gatherv(x.local_data().data(), buffer->data(), counts, displs, dtype_v<T>);
+    comm_stats().record("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)));
+  }
+  const DistArray<T> moved = detail::move_dim(detail::local_block<T>(g, stacked, std::move(buffer)), 0, dim);
+  return tiled ? detail::merge_dims(moved, dim) : moved;
+}
+
+/// The sum over the named axes, of which each member keeps its block along `scatter_dim`: block i
+/// of size 1 dropped (untiled: the dimension must equal the group size) or of size d / n (tiled).
+template <class T>
+DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scatter_dim = 0, bool tiled = false) {
+  const detail::AxisGroup g = detail::axis_group(axes, "psum_scatter");
+  detail::check_local_block(x, g, "psum_scatter");
+  const int d = detail::dim_in_range(scatter_dim, x.ndim(), "psum_scatter", "scatter_dim");
+  const int64_t n = g.size, extent = x.shape()[d];
+  if (tiled) {
+    DAX_CHECK(extent % n == 0, "psum_scatter: tiled scatter_dim ", d, " has size ", extent,
+              ", which the ", n, " devices of ", g.text(), " do not divide evenly");
+  } else {
+    DAX_CHECK(extent == n, "psum_scatter: scatter_dim ", d, " has size ", extent, " but must equal the ", n,
+              " devices of ", g.text(), " (or pass tiled = true)");
+  }
+  // Member j's block, contiguous and j-th: dimension d (split in n when tiled) moved to the front.
+  const DistArray<T> parts = tiled ? detail::move_dim(detail::split_dim(x, d, n), d, 0) : detail::move_dim(x, d, 0);
+  Shape out_shape(parts.shape().begin() + 1, parts.shape().end());
+  const int64_t count = numel(out_shape);
+  auto out = detail::cpu::allocate(count * sizeof(T));
+  if (n == 1) {
+    std::copy(parts.local_data().begin(), parts.local_data().end(), static_cast<T*>(out->data()));
+  } else {
+    g.comm().reduce_scatter(parts.local_data().data(), out->data(), std::vector<int64_t>(n, count), dtype_v<T>,
+                            detail::ReduceOp::sum);
+    comm_stats().record("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)));
+  }
+  return detail::local_block<T>(g, std::move(out_shape), std::move(out));
+}
+
+/// Blocks exchanged over the named axes: x's `split_dim` is cut into one part per member (untiled:
+/// the dimension must equal the group size and is dropped), part j goes to member j, and the parts
+/// received are stacked as a new dimension `concat_dim` (untiled) or concatenated along it (tiled),
+/// in member order.
+template <class T>
+DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_dim, int concat_dim,
+                        bool tiled = false) {
+  const detail::AxisGroup g = detail::axis_group(axes, "all_to_all");
+  detail::check_local_block(x, g, "all_to_all");
+  const int split = detail::dim_in_range(split_dim, x.ndim(), "all_to_all", "split_dim");
+  const int concat = detail::dim_in_range(concat_dim, x.ndim(), "all_to_all", "concat_dim");
+  const int64_t n = g.size, extent = x.shape()[split];
+  if (tiled) {
+    DAX_CHECK(extent % n == 0, "all_to_all: tiled split_dim ", split, " has size ", extent,
+              ", which the ", n, " devices of ", g.text(), " do not divide evenly");
+  } else {
+    DAX_CHECK(extent == n, "all_to_all: split_dim ", split, " has size ", extent, " but must equal the ", n,
+              " devices of ", g.text(), " (or pass tiled = true)");
+  }
+  const DistArray<T> parts =
+      tiled ? detail::move_dim(detail::split_dim(x, split, n), split, 0) : detail::move_dim(x, split, 0);
+  const int64_t count = numel(parts.shape()) / n;
+  auto received = detail::cpu::allocate(numel(parts.shape()) * sizeof(T));
+  if (n == 1) {
+    std::copy(parts.local_data().begin(), parts.local_data().end(), static_cast<T*>(received->data()));
+  } else {
+    std::vector<int64_t> counts(n, count), displs(n);
+    for (int64_t j = 0; j < n; ++j) displs[j] = j * count;
+    g.comm().all_to_allv(parts.local_data().data(), counts, displs, received->data(), counts, displs, dtype_v<T>);
+    comm_stats().record("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)));
+  }
+  const DistArray<T> moved =
+      detail::move_dim(detail::local_block<T>(g, parts.shape(), std::move(received)), 0, concat);
+  return tiled ? detail::merge_dims(moved, concat) : moved;
+}
+
+/// x sent along the pairs (source, destination) of positions over the named axes; each position
+/// is a source at most once and a destination at most once. A device no pair sends to gets zeros.
+template <class T>
+DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+  const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
+  detail::check_local_block(x, g, "ppermute");
+  std::vector<int> dst_of(g.size, -1), src_of(g.size, -1);
+  for (const auto& [src, dst] : perm) {
+    DAX_CHECK(src >= 0 && src < g.size && dst >= 0 && dst < g.size, "ppermute: pair (", src, ", ", dst,
+              ") is out of range for the ", g.size, " devices of ", g.text());
+    DAX_CHECK(dst_of[src] < 0, "ppermute: source ", src, " appears in more than one pair");
+    DAX_CHECK(src_of[dst] < 0, "ppermute: destination ", dst, " appears in more than one pair");
+    dst_of[src] = dst;
+    src_of[dst] = src;
+  }
+  auto out = detail::cpu::allocate(x.size() * sizeof(T));
+  T* o = static_cast<T*>(out->data());
+  const int to = dst_of[g.index], from = src_of[g.index];
+  if (to == g.index || (to < 0 && from < 0) || g.size == 1) {  // nothing crosses devices here
+    if (from == g.index) std::copy(x.local_data().begin(), x.local_data().end(), o);
+    else std::fill(o, o + x.size(), T(0));
+  } else {
+    if (from < 0) std::fill(o, o + x.size(), T(0));
+    g.comm().send_recv(x.local_data().data(), to, o, from, x.size(), dtype_v<T>);
+    if (from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
+  }
+  return detail::local_block<T>(g, x.shape(), std::move(out));
+}
+
+}  // namespace dax
