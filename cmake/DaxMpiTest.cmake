@@ -15,6 +15,6 @@ function(dax_add_mpi_test)
       TIMEOUT ${T_TIMEOUT}
       PROCESSORS 1
       LABELS "mpi"
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none;DAX_CHECK_COLLECTIVES=1;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
   endforeach()
 endfunction()

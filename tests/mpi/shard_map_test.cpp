@@ -433,7 +433,7 @@ TEST_CASE("several outputs, scalars passed through, ranks outside the mesh", "[s
       [](const DistArray<float>& x, float scale, int shift) {
         return std::make_tuple(x * scale + float(shift), dax::sum(x, {0}, true));
       },
-      mesh, {P("x")}, std::vector<P>{P("x"), P("x")});
+      mesh, {P("x")}, {P("x"), P("x")});
   const auto [scaled, sums] = f(A, 2.0f, 1);
   CHECK(scaled.shape() == Shape{rows, 3});
   CHECK(sums.shape() == Shape{int64_t(mesh.size()), 3});

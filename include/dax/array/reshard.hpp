@@ -11,6 +11,7 @@
 #include <dax/array/reshard_program.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/memory.hpp>
+#include <dax/comm/collective_checks.hpp>
 #include <dax/comm/comm_stats.hpp>
 
 namespace dax {
@@ -120,6 +121,10 @@ DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target) {
   detail::check_reshard(x.shape(), x.sharding(), target);
   if (!x.is_addressable()) return DistArray<T>(x.shape(), target, nullptr);
   Runtime& rt = Runtime::current();
+  const detail::OpLabel label([&] {
+    return detail::cat("reshard ", to_string(x.shape()), " ", to_string(dtype_v<T>), " ", to_string(x.sharding().spec()),
+                       " -> ", to_string(target.spec()));
+  });
   const auto& entry = detail::reshard_programs().get(
       x.shape(), x.sharding(), target, sizeof(T),
       [&](const ReshardPlan& plan) { return detail::build_program(plan, rt.rank(), sizeof(T), rt); });

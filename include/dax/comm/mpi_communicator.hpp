@@ -1,16 +1,25 @@
 // Communicator over an MPI communicator (host buffers). Errors come back as dax::Error naming the
-// MPI call: dax's communicators use MPI_ERRORS_RETURN.
+// MPI call: dax's communicators use MPI_ERRORS_RETURN. Every collective is guarded: with
+// DAX_CHECK_COLLECTIVES=1 the members first compare what each is about to call, and a watchdog
+// aborts the job when a call outlives DAX_TIMEOUT_S.
 #pragma once
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <dax/comm/collective_checks.hpp>
 #include <dax/comm/communicator.hpp>
 #include <dax/core/error.hpp>
+#include <dax/core/hash.hpp>
 
 namespace dax::detail {
 
@@ -114,13 +123,25 @@ class MpiRegionExchange final : public PreparedExchange {
   std::vector<MPI_Datatype> owned_;
 };
 
+/// Prints the report of a collective that did not finish and ends the whole job.
+inline void abort_job(const std::string& report) {
+  std::fprintf(stderr, "%s\n", report.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 70);
+}
+
 class MpiCommunicator final : public Communicator {
  public:
-  /// Takes ownership of `comm` (freed on destruction).
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  /// Takes ownership of `comm` (freed on destruction). `name` and `world_ranks` describe the group
+  /// in reports; `watchdog` (may be null) bounds every collective's time.
+  explicit MpiCommunicator(MPI_Comm comm, std::string name = "world", std::vector<int> world_ranks = {},
+                           Watchdog* watchdog = nullptr)
+      : comm_(comm), name_(std::move(name)), world_ranks_(std::move(world_ranks)), watchdog_(watchdog) {
     mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    if (world_ranks_.empty())
+      for (int r = 0; r < size_; ++r) world_ranks_.push_back(r);
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -138,6 +159,7 @@ class MpiCommunicator final : public Communicator {
                    const std::vector<int64_t>& displs, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const auto c = mpi_counts(counts), d = mpi_counts(displs);
+    const Guard guard(*this, "all_gather", total(counts), type);  // the same on every member
     mpi_check(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? c[rank_] : 0, t, recv, c.data(),
                              d.data(), t, comm_),
               "MPI_Allgatherv");
@@ -150,6 +172,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype t = mpi_type(type);
     const auto sc = mpi_counts(send_counts), sd = mpi_counts(send_displs);
     const auto rc = mpi_counts(recv_counts), rd = mpi_counts(recv_displs);
+    const Guard guard(*this, "all_to_all", 0, type);  // members send different amounts
     mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_),
               "MPI_Alltoallv");
   }
@@ -157,6 +180,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
     const auto c = mpi_counts(counts);
+    const Guard guard(*this, "reduce_scatter", total(counts), type);
     // Equal parts take the block variant, which MPI libraries tune better.
     if (std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; })) {
       mpi_check(MPI_Reduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op), comm_),
@@ -168,20 +192,27 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
+    const Guard guard(*this, "all_reduce", count, type);
     mpi_check(MPI_Allreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type),
                             mpi_op(op), comm_),
               "MPI_Allreduce");
   }
 
   void broadcast(void* data, int64_t count, DType type, int root) override {
+    const Guard guard(*this, "broadcast", count, type);
     mpi_check(MPI_Bcast(data, mpi_count(count), mpi_type(type), root, comm_), "MPI_Bcast");
   }
 
-  void barrier() override { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    const Guard guard(*this, "barrier", 0, DType::int64);
+    mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
+  }
 
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
+    // Point to point: only the pair meets, so there is nothing to compare, but the wait is watched.
+    const Guard guard(*this, "send_recv", count, type, false);
     mpi_check(MPI_Sendrecv(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, recv, src < 0 ? 0 : n, t,
                            src < 0 ? MPI_PROC_NULL : src, 0, comm_, MPI_STATUS_IGNORE),
               "MPI_Sendrecv");
@@ -195,12 +226,14 @@ class MpiCommunicator final : public Communicator {
 
   void exchange(const PreparedExchange& prepared, const void* send, void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);
+    const Guard guard(*this, "exchange", 0, DType::int64);
     mpi_check(MPI_Alltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                             x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_),
               "MPI_Alltoallw");
   }
 
   std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) override {
+    const Guard guard(*this, "all_gather_host", static_cast<int64_t>(mine.size()), DType::int64);
     std::vector<int64_t> all(mine.size() * size_);
     mpi_check(MPI_Allgather(mine.data(), mpi_count(mine.size()), MPI_INT64_T, all.data(),
                             mpi_count(mine.size()), MPI_INT64_T, comm_),
@@ -208,9 +241,138 @@ class MpiCommunicator final : public Communicator {
     return all;
   }
 
+  const std::string& name() const { return name_; }
+
  private:
+  /// One collective as the checks see it.
+  struct Call {
+    const MpiCommunicator* comm;
+    const char* kind;
+    int64_t count;
+    DType type;
+    int64_t number;            // calls on this communicator so far, this one included
+    const std::string* label;  // the op making it, when fingerprints are checked
+    std::string missing;       // who had not arrived, when known
+  };
+
+  /// Compares the call with the other members' (DAX_CHECK_COLLECTIVES=1) and watches it.
+  class Guard {
+   public:
+    Guard(MpiCommunicator& c, const char* kind, int64_t count, DType type, bool compare = true)
+        // Point-to-point calls involve only a pair: they take no number in the group's sequence.
+        : call_{&c, kind, count, type, compare ? ++c.calls_ : c.calls_, current_op_label(), {}} {
+      if (compare && collective_checks().fingerprints && c.size_ > 1) c.compare(call_);
+      watched_.emplace(c.watchdog_, &call_, &MpiCommunicator::describe_timeout);
+    }
+
+   private:
+    Call call_;
+    std::optional<Watched> watched_;
+  };
+
+  static int64_t total(const std::vector<int64_t>& counts) {
+    return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  }
+
+  static std::string what(const Call& call) {
+    std::string s = call.count ? cat(call.kind, " of ", call.count, " ", to_string(call.type)) : std::string(call.kind);
+    if (call.label) s += " in " + *call.label;
+    return s + " (call #" + std::to_string(call.number) + " on this group)";
+  }
+
+  std::string group_text() const {
+    std::string s = name_ + " (world ranks ";
+    for (size_t i = 0; i < world_ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks_[i]);
+    return s + ")";
+  }
+
+  static std::string describe_timeout(const void* p) {
+    const Call& call = *static_cast<const Call*>(p);
+    const MpiCommunicator& c = *call.comm;
+    return cat("dax: world rank ", c.world_ranks_[c.rank_], " timed out after ", c.timeout_s(), " s (DAX_TIMEOUT_S) in ",
+               what(call), " on the group ", c.group_text(), "; ",
+               call.missing.empty() ? (collective_checks().fingerprints
+                                           ? "every member had reached this call, so one may have died or stalled"
+                                           : "set DAX_CHECK_COLLECTIVES=1 to learn which peers had not arrived")
+                                    : call.missing,
+               ". Aborting the job.");
+  }
+
+  double timeout_s() const { return watchdog_ ? watchdog_->timeout_s() : collective_checks().timeout_s; }
+
+  /// Every member sends every other its call's fingerprint (point to point, so a rank that never
+  /// arrives is named); on any difference all members swap the calls' text and throw one report.
+  void compare(Call& call) {
+    static constexpr int kFingerprintTag = 0x6466, kTextTag = 0x6467;
+    const std::string text = what(call);
+    size_t h = 0x66696e67;
+    hash_into(h, text);
+    const int64_t mine[2] = {static_cast<int64_t>(h), static_cast<int64_t>(text.size())};
+    std::vector<int64_t> theirs(2 * size_);
+    theirs[2 * rank_] = mine[0];
+    theirs[2 * rank_ + 1] = mine[1];
+    std::vector<MPI_Request> recvs(size_, MPI_REQUEST_NULL), sends(size_, MPI_REQUEST_NULL);
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      mpi_check(MPI_Irecv(&theirs[2 * j], 2, MPI_INT64_T, j, kFingerprintTag, comm_, &recvs[j]), "MPI_Irecv");
+      mpi_check(MPI_Isend(mine, 2, MPI_INT64_T, j, kFingerprintTag, comm_, &sends[j]), "MPI_Isend");
+    }
+    wait_for_peers(recvs, call);
+    mpi_check(MPI_Waitall(size_, sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    bool same = true;
+    for (int j = 0; j < size_; ++j) same = same && theirs[2 * j] == mine[0];
+    if (same) return;
+    std::vector<std::string> texts(size_);
+    texts[rank_] = text;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      texts[j].resize(static_cast<size_t>(theirs[2 * j + 1]));
+      mpi_check(MPI_Irecv(texts[j].data(), mpi_count(theirs[2 * j + 1]), MPI_CHAR, j, kTextTag, comm_, &recvs[j]),
+                "MPI_Irecv");
+      mpi_check(MPI_Isend(text.data(), mpi_count(static_cast<int64_t>(text.size())), MPI_CHAR, j, kTextTag, comm_,
+                          &sends[j]),
+                "MPI_Isend");
+    }
+    wait_for_peers(recvs, call);
+    mpi_check(MPI_Waitall(size_, sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    std::map<std::string, std::vector<int>> callers;  // the same text from every member, in one order
+    for (int j = 0; j < size_; ++j) callers[texts[j]].push_back(world_ranks_[j]);
+    std::string report = "dax: ranks diverged on the group " + group_text() + " (DAX_CHECK_COLLECTIVES=1):";
+    for (const auto& [t, ranks] : callers) {
+      report += ranks.size() == 1 ? "\n  world rank " : "\n  world ranks ";
+      for (size_t i = 0; i < ranks.size(); ++i) report += (i ? ", " : "") + std::to_string(ranks[i]);
+      report += " called " + t;
+    }
+    fail(report);
+  }
+
+  /// Completes the receives, or names the members that never sent and aborts after the timeout.
+  void wait_for_peers(std::vector<MPI_Request>& recvs, Call& call) {
+    const double timeout = timeout_s();
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      int done = 0;
+      mpi_check(MPI_Testall(size_, recvs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (done) return;
+      if (timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout) {
+        std::string late;
+        for (int j = 0; j < size_; ++j) {
+          int arrived = 1;
+          if (recvs[j] != MPI_REQUEST_NULL) MPI_Test(&recvs[j], &arrived, MPI_STATUS_IGNORE);
+          if (!arrived) late += (late.empty() ? "" : ", ") + std::to_string(world_ranks_[j]);
+        }
+        call.missing = "world rank(s) " + late + " had not reached this call";
+        abort_job(describe_timeout(&call));
+      }
+    }
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  std::vector<int> world_ranks_;
+  Watchdog* watchdog_ = nullptr;
   int rank_ = 0, size_ = 1;
+  int64_t calls_ = 0;
 };
 
 }  // namespace dax::detail

@@ -57,6 +57,11 @@ DistArray<T> merge_dims(const DistArray<T>& x, int dim) {
   return with_shape(x, s);
 }
 
+template <class T>
+std::string manual_label(const char* op, const DistArray<T>& x, const AxisGroup& g) {
+  return cat(op, " of ", to_string(x.shape()), " ", to_string(dtype_v<T>), " over ", g.text());
+}
+
 inline int dim_in_range(int dim, int count, const char* op, const char* what) {
   DAX_CHECK(dim >= -count && dim < count, op, ": ", what, " ", dim, " is out of range for ", count,
             " position", count == 1 ? "" : "s");
@@ -69,6 +74,7 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
   const AxisGroup g = axis_group(names, name);
   check_local_block(x, g, name);
   if (g.size == 1) return x;
+  const OpLabel label([&] { return manual_label(name, x, g); });
   auto out = cpu::allocate(x.size() * sizeof(T));
   Communicator& comm = g.comm();
   comm.all_reduce(x.local_data().data(), out->data(), x.size(), dtype_v<T>, op);
@@ -113,6 +119,7 @@ template <class T>
 DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 0, bool tiled = false) {
   const detail::AxisGroup g = detail::axis_group(axes, "all_gather");
   detail::check_local_block(x, g, "all_gather");
+  const detail::OpLabel label([&] { return detail::manual_label("all_gather", x, g); });
   dim = detail::dim_in_range(dim, x.ndim() + (tiled ? 0 : 1), "all_gather", "dim");
   const int64_t n = g.size;
   Shape stacked = x.shape();
@@ -136,6 +143,7 @@ template <class T>
 DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scatter_dim = 0, bool tiled = false) {
   const detail::AxisGroup g = detail::axis_group(axes, "psum_scatter");
   detail::check_local_block(x, g, "psum_scatter");
+  const detail::OpLabel label([&] { return detail::manual_label("psum_scatter", x, g); });
   const int d = detail::dim_in_range(scatter_dim, x.ndim(), "psum_scatter", "scatter_dim");
   const int64_t n = g.size, extent = x.shape()[d];
   if (tiled) {
@@ -169,6 +177,7 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
                         bool tiled = false) {
   const detail::AxisGroup g = detail::axis_group(axes, "all_to_all");
   detail::check_local_block(x, g, "all_to_all");
+  const detail::OpLabel label([&] { return detail::manual_label("all_to_all", x, g); });
   const int split = detail::dim_in_range(split_dim, x.ndim(), "all_to_all", "split_dim");
   const int concat = detail::dim_in_range(concat_dim, x.ndim(), "all_to_all", "concat_dim");
   const int64_t n = g.size, extent = x.shape()[split];
@@ -202,6 +211,7 @@ template <class T>
 DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
   const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
   detail::check_local_block(x, g, "ppermute");
+  const detail::OpLabel label([&] { return detail::manual_label("ppermute", x, g); });
   std::vector<int> dst_of(g.size, -1), src_of(g.size, -1);
   for (const auto& [src, dst] : perm) {
     DAX_CHECK(src >= 0 && src < g.size && dst >= 0 && dst < g.size, "ppermute: pair (", src, ", ", dst,

@@ -192,6 +192,7 @@ class ShardMapped {
       (detail::append_record(mine, std::get<K>(blocks), check_rep), ...);
     }(std::make_index_sequence<outputs>{});
     Runtime& rt = Runtime::current();
+    const detail::OpLabel label([&] { return output_check_label(); });
     const std::vector<int64_t> all = rt.mesh_group(mesh_).all_gather_host(mine);
     std::string error;
     for (size_t k = 0; k < outputs && error.empty(); ++k)
@@ -207,12 +208,15 @@ class ShardMapped {
     else return std::get<0>(std::move(assembled));
   }
 
+  std::string output_check_label() const { return "shard_map's output check on " + to_string(mesh_); }
+
   /// Ranks outside the mesh run nothing; they learn the outputs' shapes from the mesh's first device.
   template <class Result>
   Result outside() const {
     constexpr size_t outputs = std::tuple_size_v<decltype(as_tuple(std::declval<Result>()))>;
     check_out_specs(outputs);
     std::vector<int64_t> records(outputs * detail::kRecordSize + 1);
+    const detail::OpLabel label([&] { return output_check_label(); });
     std::string error = receive_from_mesh(records);
     if (!error.empty()) detail::fail(error);
     using Blocks = decltype(as_tuple(std::declval<Result>()));

@@ -62,6 +62,7 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
   cpu::fill(out, numel(local), identity);
   cpu::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, out, op);
   if (!linear && !rule.axes.empty()) {
+    const OpLabel label([&] { return cat(name, " of ", to_string(x.shape()), " ", to_string(x.sharding().spec())); });
     auto& comm = rt.group(rule.partial.mesh(), rule.axes);
     comm.all_reduce(nullptr, out, numel(local), dtype_v<T>, kind);
     comm_stats().record("all_reduce", axes_text(rule.partial.mesh(), rule.axes),

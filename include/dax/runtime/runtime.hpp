@@ -37,6 +37,7 @@ class Runtime {
     for (auto& hook : shutdown_hooks_) hook();
     groups_.clear();
     world_.reset();
+    watchdog_.reset();
     if (owns_mpi_) {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -85,12 +86,21 @@ class Runtime {
     detail::mpi_check(MPI_Comm_group(world_->native(), &world_group), "MPI_Comm_group");
     detail::mpi_check(MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &sub_group),
                       "MPI_Group_incl");
+    std::string name = "(";
+    for (size_t i = 0; i < axes.size(); ++i) name += (i ? ", '" : "'") + mesh.axis_names()[axes[i]] + "'";
+    name += axes.size() == 1 ? ",)" : ")";
     MPI_Comm comm = MPI_COMM_NULL;
-    const int rc = MPI_Comm_create_group(world_->native(), sub_group, 0, &comm);
+    int rc = MPI_SUCCESS;
+    {
+      const std::string doing = "creating the communicator of the group " + name + " (MPI_Comm_create_group)";
+      const detail::Watched watched(watchdog_.get(), &doing, &describe_creation);
+      rc = MPI_Comm_create_group(world_->native(), sub_group, 0, &comm);
+    }
     MPI_Group_free(&sub_group);
     MPI_Group_free(&world_group);
     detail::mpi_check(rc, "MPI_Comm_create_group");
-    auto [pos, inserted] = groups_.emplace(std::move(key), std::make_unique<detail::MpiCommunicator>(comm));
+    auto [pos, inserted] = groups_.emplace(
+        std::move(key), std::make_unique<detail::MpiCommunicator>(comm, std::move(name), members, watchdog_.get()));
     return *pos->second;
   }
 
@@ -119,13 +129,22 @@ class Runtime {
     }
     MPI_Comm world = MPI_COMM_NULL;
     detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
-    world_ = std::make_unique<detail::MpiCommunicator>(world);
+    const auto& checks = detail::collective_checks();
+    if (checks.timeout_s > 0) watchdog_ = std::make_unique<detail::Watchdog>(checks.timeout_s, &detail::abort_job);
+    world_ = std::make_unique<detail::MpiCommunicator>(world, "world", std::vector<int>{}, watchdog_.get());
     rank_ = world_->rank();
     size_ = world_->size();
     backend_ = detail::choose_backend();
     static uint64_t created = 0;
     generation_ = ++created;
     detail::current_runtime() = this;
+  }
+
+  static std::string describe_creation(const void* doing) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return detail::cat("dax: world rank ", rank, " timed out after ", detail::collective_checks().timeout_s,
+                       " s (DAX_TIMEOUT_S) ", *static_cast<const std::string*>(doing), ". Aborting the job.");
   }
 
   std::vector<int> members_of(const Mesh& mesh, const std::vector<int>& axes) const {
@@ -138,6 +157,7 @@ class Runtime {
   uint64_t generation_ = 0;
   int rank_ = 0, size_ = 1;
   Backend backend_ = Backend::cpu;
+  std::unique_ptr<detail::Watchdog> watchdog_;  // declared first: outlives the communicators using it
   std::unique_ptr<detail::MpiCommunicator> world_;
   std::map<std::tuple<Shape, std::vector<int>, std::vector<int>>, std::unique_ptr<detail::Communicator>> groups_;
   std::vector<std::function<void()>> shutdown_hooks_;

@@ -45,7 +45,7 @@ class Mesh {
     for (size_t p = 0; p < m.devices.size(); ++p) {
       const int d = m.devices[p];
       DAX_CHECK(d >= 0, "Mesh: device ids must be >= 0, got ", d);
-      if (static_cast<size_t>(d) >= m.position.size()) m.position.resize(d + 1, -1);
+      if (static_cast<size_t>(d) >= m.position.size()) m.position.resize(static_cast<size_t>(d) + 1, -1);
       DAX_CHECK(m.position[d] < 0, "Mesh: device id ", d, " appears twice");
       m.position[d] = static_cast<int>(p);
     }

@@ -1,0 +1,59 @@
+// What the collective guards cost per op: a small sum (one all-reduce) and a small reshard
+// (one all-gather) over all ranks, timed per call, next to the raw MPI_Allreduce / MPI_Allgather
+// of the same bytes in the same run. Run it with DAX_CHECK_COLLECTIVES=0 and =1 to see the
+// fingerprint check's price; the watchdog (DAX_TIMEOUT_S) is armed either way.
+//   mpirun -np 2 ./check_cost_bench [iterations]
+#include <dax/dax.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+namespace {
+
+template <class F>
+double per_call_us(F&& f, int iters) {
+  for (int i = 0; i < iters / 10; ++i) f();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return us;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dax::Runtime rt(argc, argv);
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 20000;
+  const int n = rt.size();
+  const dax::Mesh mesh({n}, {"x"});
+  const auto x = dax::ones<float>({8 * n}, dax::NamedSharding(mesh, dax::P("x")));
+  const dax::NamedSharding replicated(mesh, dax::P());
+  std::vector<float> in(8 * n, 1.0f), out(8 * n);
+  volatile float sink = 0;
+  const double sum_us = per_call_us([&] { sink = sink + dax::sum(x).local_data()[0]; }, iters);
+  const double raw_reduce_us = per_call_us([&] {
+    MPI_Allreduce(in.data(), out.data(), 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    sink = sink + out[0];
+  }, iters);
+  const double gather_us = per_call_us([&] { sink = sink + dax::reshard(x, replicated).local_data()[0]; }, iters);
+  const double raw_gather_us = per_call_us([&] {
+    MPI_Allgather(in.data(), 8, MPI_FLOAT, out.data(), 8, MPI_FLOAT, MPI_COMM_WORLD);
+    sink = sink + out[0];
+  }, iters);
+  const bool checked = dax::detail::collective_checks().fingerprints;
+  if (rt.rank() == 0) {
+    std::printf("%d ranks, DAX_CHECK_COLLECTIVES=%d, per op (us): sum %.2f (raw MPI_Allreduce %.2f, +%.2f), "
+                "reshard->P() %.2f (raw MPI_Allgather %.2f, +%.2f)\n",
+                n, checked ? 1 : 0, sum_us, raw_reduce_us, sum_us - raw_reduce_us, gather_us, raw_gather_us,
+                gather_us - raw_gather_us);
+    std::ofstream json(checked ? "check_cost_bench_checked.json" : "check_cost_bench.json");
+    json << "{\"benchmark\": \"check_cost\", \"ranks\": " << n << ", \"checked\": " << (checked ? "true" : "false")
+         << ", \"sum_us\": " << sum_us << ", \"raw_allreduce_us\": " << raw_reduce_us << ", \"reshard_us\": " << gather_us
+         << ", \"raw_allgather_us\": " << raw_gather_us << "}\n";
+  }
+  return 0;
+}

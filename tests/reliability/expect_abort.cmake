@@ -1,0 +1,17 @@
+# Runs COMMAND (a ;-list) and passes only if it fails within LIMIT seconds with output matching
+# EXPECT: the job ended with dax's report instead of hanging.
+string(TIMESTAMP start "%s")
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${LIMIT})
+string(TIMESTAMP stop "%s")
+math(EXPR seconds "${stop} - ${start}")
+message("${out}${err}")
+message("exit: ${rc} after ${seconds} s")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the job finished normally; it should have ended with an error")
+endif()
+if(rc MATCHES "timeout")
+  message(FATAL_ERROR "the job hung for ${LIMIT} s")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the output does not match '${EXPECT}'")
+endif()

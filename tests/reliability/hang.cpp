@@ -1,0 +1,28 @@
+// A program that goes wrong on purpose, run by ctest under mpiexec: the job must end with a clear
+// error within DAX_TIMEOUT_S, never hang.
+//   hang skip  -- rank 1 skips a reshard the others run, and leaves
+//   hang kill  -- rank 1 dies (SIGKILL) while the others wait for it in a collective
+#include <dax/dax.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+int main(int argc, char** argv) {
+  dax::Runtime rt(argc, argv);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const dax::Mesh mesh({rt.size()}, {"x"});
+  const auto x = dax::ones<float>({4 * rt.size()}, dax::NamedSharding(mesh, dax::P("x")));
+  dax::sum(x);  // every rank: the group exists and works
+  if (mode == "skip" && rt.rank() == 1) {
+    std::fprintf(stderr, "rank 1: skipping the reshard and leaving\n");
+    return 0;
+  } else if (mode == "kill" && rt.rank() == 1) {
+    std::raise(SIGKILL);
+  } else {
+    dax::reshard(x, dax::NamedSharding(mesh, dax::P()));
+  }
+  dax::sum(x * 2.0f);
+  std::printf("rank %d: finished, which a diverged job must not\n", rt.rank());
+  return 0;
+}
