@@ -62,6 +62,22 @@ std::string manual_label(const char* op, const DistArray<T>& x, const AxisGroup&
   return cat(op, " of ", to_string(x.shape()), " ", to_string(dtype_v<T>), " over ", g.text());
 }
 
+/// x cut along `dim` into one part per member of `g`, part j contiguous and j-th along a new
+/// leading dimension: `dim` itself (untiled: its size must be the group's) or its n-way split.
+template <class T>
+DistArray<T> parts_in_front(const DistArray<T>& x, int dim, const AxisGroup& g, bool tiled, const char* op,
+                            const char* what) {
+  const int64_t n = g.size, extent = x.shape()[dim];
+  if (tiled) {
+    DAX_CHECK(extent % n == 0, op, ": tiled ", what, " ", dim, " has size ", extent, ", which the ", n,
+              " devices of ", g.text(), " do not divide evenly");
+    return move_dim(split_dim(x, dim, n), dim, 0);
+  }
+  DAX_CHECK(extent == n, op, ": ", what, " ", dim, " has size ", extent, " but must equal the ", n, " devices of ",
+            g.text(), " (or pass tiled = true)");
+  return move_dim(x, dim, 0);
+}
+
 inline int dim_in_range(int dim, int count, const char* op, const char* what) {
   DAX_CHECK(dim >= -count && dim < count, op, ": ", what, " ", dim, " is out of range for ", count,
             " position", count == 1 ? "" : "s");
@@ -145,16 +161,8 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
   detail::check_local_block(x, g, "psum_scatter");
   const detail::OpLabel label([&] { return detail::manual_label("psum_scatter", x, g); });
   const int d = detail::dim_in_range(scatter_dim, x.ndim(), "psum_scatter", "scatter_dim");
-  const int64_t n = g.size, extent = x.shape()[d];
-  if (tiled) {
-    DAX_CHECK(extent % n == 0, "psum_scatter: tiled scatter_dim ", d, " has size ", extent,
-              ", which the ", n, " devices of ", g.text(), " do not divide evenly");
-  } else {
-    DAX_CHECK(extent == n, "psum_scatter: scatter_dim ", d, " has size ", extent, " but must equal the ", n,
-              " devices of ", g.text(), " (or pass tiled = true)");
-  }
-  // Member j's block, contiguous and j-th: dimension d (split in n when tiled) moved to the front.
-  const DistArray<T> parts = tiled ? detail::move_dim(detail::split_dim(x, d, n), d, 0) : detail::move_dim(x, d, 0);
+  const int64_t n = g.size;
+  const DistArray<T> parts = detail::parts_in_front(x, d, g, tiled, "psum_scatter", "scatter_dim");
   Shape out_shape(parts.shape().begin() + 1, parts.shape().end());
   const int64_t count = numel(out_shape);
   auto out = detail::cpu::allocate(count * sizeof(T));
@@ -180,16 +188,8 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
   const detail::OpLabel label([&] { return detail::manual_label("all_to_all", x, g); });
   const int split = detail::dim_in_range(split_dim, x.ndim(), "all_to_all", "split_dim");
   const int concat = detail::dim_in_range(concat_dim, x.ndim(), "all_to_all", "concat_dim");
-  const int64_t n = g.size, extent = x.shape()[split];
-  if (tiled) {
-    DAX_CHECK(extent % n == 0, "all_to_all: tiled split_dim ", split, " has size ", extent,
-              ", which the ", n, " devices of ", g.text(), " do not divide evenly");
-  } else {
-    DAX_CHECK(extent == n, "all_to_all: split_dim ", split, " has size ", extent, " but must equal the ", n,
-              " devices of ", g.text(), " (or pass tiled = true)");
-  }
-  const DistArray<T> parts =
-      tiled ? detail::move_dim(detail::split_dim(x, split, n), split, 0) : detail::move_dim(x, split, 0);
+  const int64_t n = g.size;
+  const DistArray<T> parts = detail::parts_in_front(x, split, g, tiled, "all_to_all", "split_dim");
   const int64_t count = numel(parts.shape()) / n;
   auto received = detail::cpu::allocate(numel(parts.shape()) * sizeof(T));
   if (n == 1) {
