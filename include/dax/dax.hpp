@@ -25,3 +25,4 @@
 #include <dax/ops/join.hpp>
 #include <dax/manual/shard_map.hpp>
 #include <dax/debug/explain_ops.hpp>
+#include <dax/io/checkpoint.hpp>

@@ -1,0 +1,20 @@
+# Saves a model at 4 ranks, loads it at 1, 2 and 3 ranks into other shardings, then (when
+# /usr/bin/python3 has numpy) checks that NumPy reads the files. Run with cmake -P and
+# -DMPIEXEC=... -DNUMPROC_FLAG=... -DPROGRAM=... -DWORK_DIR=... -DCHECK_SCRIPT=... -DPYTHON=...
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+run(${MPIEXEC} ${NUMPROC_FLAG} 4 --oversubscribe ${PROGRAM} save "${WORK_DIR}/model")
+foreach(n 1 2 3)
+  run(${MPIEXEC} ${NUMPROC_FLAG} ${n} --oversubscribe ${PROGRAM} load "${WORK_DIR}/model")
+endforeach()
+if(PYTHON)
+  run(${PYTHON} "${CHECK_SCRIPT}" "${WORK_DIR}/model")
+else()
+  message(STATUS "NumPy step skipped: /usr/bin/python3 has no numpy at configure time (apt-get install python3-numpy)")
+endif()
