@@ -9,6 +9,7 @@
 #include <dax/sharding/partition_spec.hpp>
 #include <dax/sharding/visualize.hpp>
 #include <dax/runtime/runtime.hpp>
+#include <dax/backend/matmul_precision.hpp>
 #include <dax/array/dist_array.hpp>
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>

@@ -211,7 +211,7 @@ TEST_CASE("sums of unreduced values, and reduce-scatter on request", "[ops][redu
   CHECK(host(rows) == want);
   const auto all = dax::arange<float>({4 * n, 2}, NamedSharding(mesh, P()));
   dax::comm_stats().reset();
-  const auto scattered = dax::sum(dax::from_local(all.local_data().size() ? std::vector<float>(all.local_data().begin(), all.local_data().end()) : std::vector<float>{}, {4 * n, 2}, NamedSharding(mesh, P().with_unreduced("x"))),
+  const auto scattered = dax::sum(dax::from_local(all.local_to_host(), {4 * n, 2}, NamedSharding(mesh, P().with_unreduced("x"))),
                                   {1}, false, NamedSharding(mesh, P("x")));
   if (n > 1) CHECK(dax::comm_stats().of("reduce_scatter").calls == 1);
   std::vector<float> col(4 * n);

@@ -24,13 +24,13 @@ TEST_CASE("copy_region copies and adds any region between any two pieces", "[bac
     std::vector<double> src(dax::numel(src_block)), dst(dax::numel(dst_block));
     for (auto& v : src) v = double(pick(1, 1000));
     for (auto& v : dst) v = double(pick(1, 1000));
-    for (auto mode : {dax::detail::cpu::CopyMode::assign, dax::detail::cpu::CopyMode::add}) {
+    for (auto mode : {dax::detail::CopyMode::assign, dax::detail::CopyMode::add}) {
       std::vector<double> got = dst, want = dst;
       dax::detail::cpu::copy_region(src.data(), src_block, got.data(), dst_block, region, mode);
       for_each_index(region, [&](const std::vector<int64_t>& idx) {
         const double v = src[offset(src_block, idx)];
         double& w = want[offset(dst_block, idx)];
-        w = mode == dax::detail::cpu::CopyMode::add ? w + v : v;
+        w = mode == dax::detail::CopyMode::add ? w + v : v;
       });
       REQUIRE(got == want);
     }

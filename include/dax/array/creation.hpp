@@ -9,14 +9,19 @@
 #include <vector>
 
 #include <dax/array/dist_array.hpp>
-#include <dax/backend/cpu/copy.hpp>
-#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/device_ops.hpp>
 
 namespace dax {
 namespace detail {
 
-/// Allocates this rank's piece and fills it with `fill(T* data, const Box& index)`; ranks outside
-/// the mesh get an array without a piece.
+/// Element `flat` of arange: the index itself.
+template <class T>
+struct Arange {
+  DAX_HOST_DEVICE T operator()(uint64_t flat) const { return static_cast<T>(flat); }
+};
+
+/// Allocates this rank's piece and fills it with `fill(T* data, const Box& index)`, `data` in the
+/// backend's memory; ranks outside the mesh get an array without a piece.
 template <class T, class Fill>
 DistArray<T> make_local(const Shape& shape, const NamedSharding& sharding, Fill&& fill) {
   sharding.check_rank(shape);
@@ -25,10 +30,10 @@ DistArray<T> make_local(const Shape& shape, const NamedSharding& sharding, Fill&
   rt.check_mesh(sharding.mesh());
   if (!sharding.mesh().contains(rt.rank())) return DistArray<T>(shape, sharding, nullptr);
   const Box index = sharding.device_indices(rt.rank(), shape);
-  auto buffer = cpu::allocate(numel(index) * sizeof(T));
+  auto buffer = dev::allocate(numel(index) * sizeof(T));
   T* data = static_cast<T*>(buffer->data());
   if (at_origin_of(sharding.mesh().coords(rt.rank()), sharding.unreduced_axes())) fill(data, index);
-  else cpu::fill(data, numel(index), T(0));
+  else dev::fill(data, numel(index), T(0));
   return DistArray<T>(shape, sharding, std::move(buffer));
 }
 
@@ -40,7 +45,9 @@ DistArray<T> device_put(std::span<const T> host, const Shape& shape, const Named
   DAX_CHECK(static_cast<int64_t>(host.size()) == numel(shape), "device_put: shape ", to_string(shape),
             " needs ", numel(shape), " elements of host data, got ", host.size());
   return detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    detail::cpu::copy_region(host.data(), full_box(shape), data, index, index);
+    detail::dev::write_from_host(data, numel(index), [&](T* piece) {
+      detail::cpu::copy_region(host.data(), full_box(shape), piece, index, index);
+    });
   });
 }
 
@@ -67,7 +74,7 @@ DistArray<T> make_array_from_callback(const Shape& shape, const NamedSharding& s
               to_string(sharding.device_indices(static_cast<int>(sizes[i]), shape)), " (rank ", sizes[i], ") has ",
               sizes[i + 2], " elements but the callback returned ", sizes[i + 1]);
   return detail::make_local<T>(shape, sharding, [&](T* data, const Box&) {
-    std::copy(values.begin(), values.end(), data);
+    detail::dev::write_from_host(data, numel(index), [&](T* piece) { std::copy(values.begin(), values.end(), piece); });
   });
 }
 
@@ -89,8 +96,9 @@ DistArray<T> from_local(std::span<const T> local, const Shape& shape, const Name
               " elements for its piece ", to_string(sharding.device_indices(device, shape)), " of ",
               to_string(shape), " under ", to_string(sharding), ", which needs ", sizes[i + 2]);
   }
-  auto buffer = detail::cpu::allocate(numel(index) * sizeof(T));
-  std::copy(local.begin(), local.end(), static_cast<T*>(buffer->data()));
+  auto buffer = detail::dev::allocate(numel(index) * sizeof(T));
+  detail::dev::write_from_host(static_cast<T*>(buffer->data()), numel(index),
+                               [&](T* piece) { std::copy(local.begin(), local.end(), piece); });
   return DistArray<T>(shape, sharding, std::move(buffer));
 }
 
@@ -102,7 +110,7 @@ DistArray<T> from_local(const std::vector<T>& local, const Shape& shape, const N
 template <class T>
 DistArray<T> full(const Shape& shape, T value, const NamedSharding& sharding) {
   return detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    detail::cpu::fill(data, numel(index), value);
+    detail::dev::fill(data, numel(index), value);
   });
 }
 
@@ -120,7 +128,7 @@ DistArray<T> ones(const Shape& shape, const NamedSharding& sharding) {
 template <class T>
 DistArray<T> arange(const Shape& shape, const NamedSharding& sharding) {
   return detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    for_each_in_box(shape, index, [&](int64_t k, int64_t flat) { data[k] = static_cast<T>(flat); });
+    detail::dev::generate(data, shape, index, detail::Arange<T>{});
   });
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <dax/backend/buffer.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/core/dtype.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/shape.hpp>
@@ -19,7 +20,8 @@
 
 namespace dax {
 
-/// A contiguous row-major view of one local piece; keeps the piece's buffer alive.
+/// A contiguous row-major view of one local piece; keeps the piece's buffer alive. On the CUDA
+/// backend data() is a device pointer: to_vector() copies the piece to the host.
 template <class T>
 class ShardData {
  public:
@@ -30,7 +32,7 @@ class ShardData {
   const T* begin() const { return data(); }
   const T* end() const { return data() + size_; }
   const T& operator[](int64_t i) const { return data()[i]; }
-  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+  std::vector<T> to_vector() const { return detail::dev::download(data(), size_); }
 
  private:
   std::shared_ptr<detail::Buffer> buffer_;
@@ -80,13 +82,17 @@ class DistArray {
 
   /// Whether this rank holds a piece (it is a device of the array's mesh).
   bool is_addressable() const { return static_cast<bool>(local_); }
-  /// This rank's piece: one [start, stop) per dimension.
+  /// This rank's piece: one [start, stop) per dimension. local_data(), local_matrix() and
+  /// local_vector() view the piece in place: host memory on CPU, device memory on CUDA.
   const Box& local_index() const { return local_index_; }
   Shape local_shape() const { return box_shape(local_index_); }
   int64_t local_size() const { return numel(local_index_); }
   std::span<const Elem> local_data() const {
     return {local_ ? static_cast<const Elem*>(local_->data()) : nullptr, static_cast<size_t>(local_ ? local_size() : 0)};
   }
+
+  /// The local piece's values on the host (a copy; on CPU the same as local_data()).
+  std::vector<Elem> local_to_host() const { return detail::dev::download(local_data().data(), local_data().size()); }
 
   /// The local piece as a row-major matrix: (product of the leading dims, last dim); a 1-d piece
   /// is one row, a scalar 1x1.

@@ -9,8 +9,7 @@
 
 #include <dax/array/dist_array.hpp>
 #include <dax/array/reshard_program.hpp>
-#include <dax/backend/cpu/copy.hpp>
-#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/comm_stats.hpp>
 
@@ -33,42 +32,41 @@ T* data_of(const std::shared_ptr<Buffer>& b) {
 /// Runs one step of this rank's program on its piece `in`; returns the new piece.
 template <class T>
 std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buffer>& in) {
-  using cpu::CopyMode;
   if (p.share) return in;
   const Exchange& ex = p.ex;
   if (p.view) return make_view(in, p.view_offset * sizeof(T), numel(ex.to_block) * sizeof(T));
   const int64_t out_count = p.zero ? static_cast<int64_t>(in->bytes() / sizeof(T)) : numel(ex.to_block);
-  auto out = cpu::allocate(out_count * sizeof(T));
+  auto out = dev::allocate(out_count * sizeof(T));
   T* dst = data_of<T>(out);
   const T* src = data_of<T>(in);
   if (p.zero) {
-    cpu::fill(dst, out_count, T(0));
+    dev::fill(dst, out_count, T(0));
     return out;
   }
   if (!p.comm) {
-    cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+    dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
     return out;
   }
   const DType type = dtype_v<T>;
   const size_t n = ex.members.size();
   std::shared_ptr<Buffer> send_stage, recv_stage;
-  if (p.send_staging) send_stage = cpu::allocate(p.send_staging * sizeof(T));
-  if (p.recv_staging) recv_stage = cpu::allocate(p.recv_staging * sizeof(T));
+  if (p.send_staging) send_stage = dev::allocate(p.send_staging * sizeof(T));
+  if (p.recv_staging) recv_stage = dev::allocate(p.recv_staging * sizeof(T));
   switch (p.kind) {
     case StepKind::all_gather: {
       if (p.recv_direct) {  // own part first, then every other part lands in place
-        cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+        dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
         p.comm->all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type);
         break;
       }
-      cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+      dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
       p.comm->exchange(*p.prepared, src, dst);
       break;
     }
     case StepKind::all_to_all:
     case StepKind::general_exchange: {
       if (p.prepared) {
-        cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+        dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
         p.comm->exchange(*p.prepared, src, dst);
         break;
       }
@@ -76,17 +74,17 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
       if (!p.send_direct) {
         T* stage = data_of<T>(send_stage);
         for (size_t j = 0; j < n; ++j)
-          cpu::copy_region(src, ex.from_block, stage + p.send_displs[j], ex.send[j], ex.send[j]);
+          dev::copy_region(src, ex.from_block, stage + p.send_displs[j], ex.send[j], ex.send[j]);
         send = stage;
       }
       T* recv = p.recv_direct ? dst : (recv_stage ? data_of<T>(recv_stage) : dst);
-      if (ex.reduce) cpu::fill(dst, numel(ex.to_block), T(0));
-      cpu::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep,
+      if (ex.reduce) dev::fill(dst, numel(ex.to_block), T(0));
+      dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep,
                        ex.reduce ? CopyMode::add : CopyMode::assign);
       p.comm->all_to_allv(send, p.send_counts, p.send_displs, recv, p.recv_counts, p.recv_displs, type);
       if (!p.recv_direct)
         for (size_t j = 0; j < n; ++j)
-          cpu::copy_region(recv + p.recv_displs[j], ex.recv[j], dst, ex.to_block, ex.recv[j],
+          dev::copy_region(recv + p.recv_displs[j], ex.recv[j], dst, ex.to_block, ex.recv[j],
                            ex.reduce ? CopyMode::add : CopyMode::assign);
       break;
     }
@@ -96,7 +94,7 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
         T* stage = data_of<T>(send_stage);
         for (size_t j = 0; j < n; ++j) {
           const Box& part = static_cast<int>(j) == ex.self ? ex.keep : ex.send[j];
-          cpu::copy_region(src, ex.from_block, stage + p.send_displs[j], part, part);
+          dev::copy_region(src, ex.from_block, stage + p.send_displs[j], part, part);
         }
         send = stage;
       }
@@ -152,8 +150,7 @@ std::vector<T> gather_to_host(const DistArray<T>& x) {
   DAX_CHECK(x.is_addressable(), "to_host: rank ", Runtime::current().rank(), " is not a device of ",
             to_string(x.sharding().mesh()), " and holds no piece of the array");
   const DistArray<T> whole = reshard(x, NamedSharding(x.sharding().mesh(), P()));
-  const auto data = whole.local_data();
-  return std::vector<T>(data.begin(), data.end());
+  return dev::download(whole.local_data().data(), whole.local_size());
 }
 
 }  // namespace detail

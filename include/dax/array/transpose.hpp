@@ -6,8 +6,7 @@
 #include <vector>
 
 #include <dax/array/dist_array.hpp>
-#include <dax/backend/cpu/memory.hpp>
-#include <dax/backend/cpu/transpose.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/sharding/build.hpp>
 
 namespace dax {
@@ -35,8 +34,8 @@ DistArray<T> transpose(const DistArray<T>& x, std::vector<int> perm = {}) {
   }
   const NamedSharding sharding = detail::make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes());
   if (!x.is_addressable()) return DistArray<T>(shape, sharding, nullptr);
-  auto buffer = detail::cpu::allocate(x.local_size() * sizeof(T));
-  detail::cpu::permute(x.local_data().data(), x.local_shape(), perm, static_cast<T*>(buffer->data()));
+  auto buffer = detail::dev::allocate(x.local_size() * sizeof(T));
+  detail::dev::permute(x.local_data().data(), x.local_shape(), perm, static_cast<T*>(buffer->data()));
   return DistArray<T>(shape, sharding, std::move(buffer));
 }
 

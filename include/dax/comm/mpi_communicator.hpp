@@ -242,6 +242,16 @@ class MpiCommunicator final : public Communicator {
   }
 
   const std::string& name() const { return name_; }
+  /// The world rank of each member, in member order.
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
+  /// Guards one collective that another transport runs for this group (NCCL, device buffers staged
+  /// through host memory) exactly like this communicator's own: compared with the other members'
+  /// under DAX_CHECK_COLLECTIVES=1, numbered in the group's sequence and watched while the result
+  /// lives (`compare` false: point to point, watched only). Keep it alive for the call's duration.
+  [[nodiscard]] auto guard(const char* kind, int64_t count, DType type, bool compare = true) {
+    return Guard(*this, kind, count, type, compare);
+  }
 
  private:
   /// One collective as the checks see it.

@@ -1,8 +1,16 @@
-// Portability macros shared by host code and (later) CUDA kernels.
+// Portability macros shared by host code and CUDA kernels.
 #pragma once
 
 #if defined(__CUDACC__)
 #define DAX_HOST_DEVICE __host__ __device__
 #else
 #define DAX_HOST_DEVICE
+#endif
+
+// 1 where the CUDA backend is compiled in: the translation unit is compiled by nvcc and the build
+// asked for CUDA (the dax::dax_cuda target defines DAX_HAS_CUDA). A g++ build never sees CUDA code.
+#if defined(__CUDACC__) && defined(DAX_HAS_CUDA)
+#define DAX_CUDA_BACKEND 1
+#else
+#define DAX_CUDA_BACKEND 0
 #endif

@@ -136,4 +136,20 @@ inline std::ostream& operator<<(std::ostream& out, const Slice& s) {
   return out << s.start << ":" << s.stop;
 }
 
+namespace detail {
+
+/// Row-major strides of an operand of local shape `shape` read as an operand of the output's local
+/// shape `out` (aligned from the right; stretched and missing dimensions read with stride 0).
+inline std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t s = 1;
+  const size_t off = out.size() - shape.size();
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[off + i] = shape[i] == out[off + i] ? s : 0;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+}  // namespace detail
 }  // namespace dax

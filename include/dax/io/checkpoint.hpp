@@ -26,6 +26,7 @@
 #include <dax/array/dist_array.hpp>
 #include <dax/array/reshard.hpp>
 #include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/core/error.hpp>
 #include <dax/io/npy.hpp>
@@ -402,6 +403,12 @@ void save_file(const std::filesystem::path& path, const DistArray<T>& array) {
   Communicator& group = rt.mesh_group(mesh);
   const int me = group.rank();
   const T* data = array.local_data().data();
+  std::unique_ptr<T[]> staged;  // MPI-IO writes from host memory: a GPU piece is copied down first
+  if (dev::on_gpu() && array.local_size() > 0) {
+    staged = std::make_unique_for_overwrite<T[]>(array.local_size());
+    dev::to_host(staged.get(), data, array.local_size() * sizeof(T));
+    data = staged.get();
+  }
   const OpLabel label([&] {
     return cat("save ", name, " ", to_string(shape), " ", to_string(dtype_v<T>), " ", to_string(sharding.spec()));
   });
@@ -524,6 +531,7 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
   const Box box = reduced.device_indices(rt.rank(), shape);
   PieceView view;
   make_view<T>(view, "load", shape, box, true, !pieces_are_contiguous(shape, reduced, false));
+  // Read into host memory (MPI-IO's), uploaded once at the end when the backend is a GPU.
   auto buffer = cpu::allocate(static_cast<size_t>(numel(box)) * sizeof(T));
   T* data = static_cast<T*>(buffer->data());
   const bool counts = reduced.replica_id(rt.rank()) == 0;  // each element enters the checksum once
@@ -588,6 +596,7 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
   const uint64_t checksum = sum_over(*group, local_sum);
   DAX_CHECK(checksum == v.checksum, "load: ", name, " fails its checksum: its sidecar ", name, ".dax says ",
             hex64(v.checksum), ", the data gives ", hex64(checksum), " (the data is damaged)");
+  if (dev::on_gpu()) buffer = dev::upload(data, numel(box));
   DistArray<T> out(shape, reduced, std::move(buffer));
   return sharding.is_unreduced() ? reshard(out, sharding) : out;
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <dax/array/transpose.hpp>
-#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/manual/context.hpp>
 #include <dax/ops/elementwise.hpp>
@@ -91,7 +91,7 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
   check_local_block(x, g, name);
   if (g.size == 1) return x;
   const OpLabel label([&] { return manual_label(name, x, g); });
-  auto out = cpu::allocate(x.size() * sizeof(T));
+  auto out = dev::allocate(x.size() * sizeof(T));
   Communicator& comm = g.comm();
   comm.all_reduce(x.local_data().data(), out->data(), x.size(), dtype_v<T>, op);
   comm_stats().record("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size);
@@ -140,9 +140,9 @@ DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 
   const int64_t n = g.size;
   Shape stacked = x.shape();
   stacked.insert(stacked.begin(), n);
-  auto buffer = detail::cpu::allocate(n * x.size() * sizeof(T));
+  auto buffer = detail::dev::allocate(n * x.size() * sizeof(T));
   if (n == 1) {
-    std::copy(x.local_data().begin(), x.local_data().end(), static_cast<T*>(buffer->data()));
+    detail::dev::copy(buffer->data(), x.local_data().data(), x.local_data().size_bytes());
   } else {
     std::vector<int64_t> counts(n, x.size()), displs(n);
     for (int64_t j = 0; j < n; ++j) displs[j] = j * x.size();
@@ -165,9 +165,9 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
   const DistArray<T> parts = detail::parts_in_front(x, d, g, tiled, "psum_scatter", "scatter_dim");
   Shape out_shape(parts.shape().begin() + 1, parts.shape().end());
   const int64_t count = numel(out_shape);
-  auto out = detail::cpu::allocate(count * sizeof(T));
+  auto out = detail::dev::allocate(count * sizeof(T));
   if (n == 1) {
-    std::copy(parts.local_data().begin(), parts.local_data().end(), static_cast<T*>(out->data()));
+    detail::dev::copy(out->data(), parts.local_data().data(), parts.local_data().size_bytes());
   } else {
     g.comm().reduce_scatter(parts.local_data().data(), out->data(), std::vector<int64_t>(n, count), dtype_v<T>,
                             detail::ReduceOp::sum);
@@ -191,9 +191,9 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
   const int64_t n = g.size;
   const DistArray<T> parts = detail::parts_in_front(x, split, g, tiled, "all_to_all", "split_dim");
   const int64_t count = numel(parts.shape()) / n;
-  auto received = detail::cpu::allocate(numel(parts.shape()) * sizeof(T));
+  auto received = detail::dev::allocate(numel(parts.shape()) * sizeof(T));
   if (n == 1) {
-    std::copy(parts.local_data().begin(), parts.local_data().end(), static_cast<T*>(received->data()));
+    detail::dev::copy(received->data(), parts.local_data().data(), parts.local_data().size_bytes());
   } else {
     std::vector<int64_t> counts(n, count), displs(n);
     for (int64_t j = 0; j < n; ++j) displs[j] = j * count;
@@ -221,14 +221,14 @@ DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::v
     dst_of[src] = dst;
     src_of[dst] = src;
   }
-  auto out = detail::cpu::allocate(x.size() * sizeof(T));
+  auto out = detail::dev::allocate(x.size() * sizeof(T));
   T* o = static_cast<T*>(out->data());
   const int to = dst_of[g.index], from = src_of[g.index];
   if (to == g.index || (to < 0 && from < 0) || g.size == 1) {  // nothing crosses devices here
-    if (from == g.index) std::copy(x.local_data().begin(), x.local_data().end(), o);
-    else std::fill(o, o + x.size(), T(0));
+    if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
+    else detail::dev::fill(o, x.size(), T(0));
   } else {
-    if (from < 0) std::fill(o, o + x.size(), T(0));
+    if (from < 0) detail::dev::fill(o, x.size(), T(0));
     g.comm().send_recv(x.local_data().data(), to, o, from, x.size(), dtype_v<T>);
     if (from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
   }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
-#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/reduction_rule.hpp>
 #include <dax/ops/shape.hpp>
@@ -53,7 +53,9 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   const int64_t outer = numel(Shape(local.begin(), local.begin() + d));
   const int64_t len = local[d], inner = numel(Shape(local.begin() + d + 1, local.end()));
   const int64_t start = in.local_index()[d].start;
-  const T* data = in.local_data().data();
+  // On the host: the piece is downloaded on GPU (argmax/argmin have no kernel of their own yet).
+  const std::vector<T> host = dev::on_gpu() ? dev::download(in.local_data().data(), in.local_size()) : std::vector<T>();
+  const T* data = dev::on_gpu() ? host.data() : in.local_data().data();
   // Per output element: (value word, global index), index -1 where this piece is empty.
   std::vector<int64_t> mine(2 * outer * inner, -1);
   for (int64_t o = 0; o < outer; ++o)
@@ -75,8 +77,7 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
     comm_stats().record("all_gather", axes_text(rule.partial.mesh(), rule.axes),
                         int64_t(mine.size() * sizeof(int64_t)) * (members - 1));
   }
-  auto buffer = cpu::allocate(outer * inner * sizeof(int64_t));
-  int64_t* out = static_cast<int64_t*>(buffer->data());
+  std::vector<int64_t> out(outer * inner);
   const size_t stride = mine.size();
   for (int64_t e = 0; e < outer * inner; ++e) {
     int64_t idx = -1;
@@ -89,6 +90,7 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
     }
     out[e] = idx;
   }
+  auto buffer = dev::upload(out.data(), static_cast<int64_t>(out.size()));
   return DistArray<int64_t>(rule.out_shape, rule.partial, std::move(buffer));
 }
 

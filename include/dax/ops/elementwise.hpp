@@ -10,7 +10,8 @@
 
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
-#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/backend/device_ops.hpp>
+#include <dax/ops/functors.hpp>
 #include <dax/ops/elementwise_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
 
@@ -22,9 +23,10 @@ inline RuleCache<ElementwiseRule>& elementwise_rules() {
   return cache;
 }
 
-/// out = f(xs...) elementwise, broadcasting, under the elementwise sharding rule.
+/// out = f(xs...) elementwise, broadcasting, under the elementwise sharding rule. `f` is a
+/// DAX_HOST_DEVICE function object (ops/functors.hpp): the same one runs on CPU and GPU.
 template <class Out, class F, class... T>
-DistArray<Out> map(Linearity linearity, F&& f, const DistArray<T>&... xs) {
+DistArray<Out> map(Linearity linearity, F f, const DistArray<T>&... xs) {
   const ElementwiseRule& rule = elementwise_rules().get(
       RuleKey{static_cast<int>(linearity), {xs.shape()...}, {xs.sharding()...}, {}},
       [&] { return elementwise_rule({xs.shape()...}, {xs.sharding()...}, linearity); });
@@ -35,11 +37,11 @@ DistArray<Out> map(Linearity linearity, F&& f, const DistArray<T>&... xs) {
   Runtime& rt = Runtime::current();
   if (!rule.output.mesh().contains(rt.rank())) return DistArray<Out>(rule.out_shape, rule.output, nullptr);
   const Shape local = box_shape(rule.output.device_indices(rt.rank(), rule.out_shape));
-  auto buffer = cpu::allocate(numel(local) * sizeof(Out));
+  auto buffer = dev::allocate(numel(local) * sizeof(Out));
   std::apply(
       [&](const auto&... m) {
-        cpu::broadcast_map(static_cast<Out*>(buffer->data()), local,
-                           {cpu::broadcast_strides(m.local_shape(), local)...}, f, m.local_data().data()...);
+        dev::broadcast_map(static_cast<Out*>(buffer->data()), local,
+                           {broadcast_strides(m.local_shape(), local)...}, f, m.local_data().data()...);
       },
       moved);
   return DistArray<Out>(rule.out_shape, rule.output, std::move(buffer));
@@ -49,13 +51,13 @@ DistArray<Out> map(Linearity linearity, F&& f, const DistArray<T>&... xs) {
 
 // ---- binary ops between arrays ----
 template <class T> DistArray<T> add(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::additive, [](T x, T y) { return T(x + y); }, a, b);
+  return detail::map<T>(detail::Linearity::additive, detail::fn::Add{}, a, b);
 }
 template <class T> DistArray<T> subtract(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::additive, [](T x, T y) { return T(x - y); }, a, b);
+  return detail::map<T>(detail::Linearity::additive, detail::fn::Subtract{}, a, b);
 }
 template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::scaling, [](T x, T y) { return T(x * y); }, a, b);
+  return detail::map<T>(detail::Linearity::scaling, detail::fn::Multiply{}, a, b);
 }
 /// Division keeps partial sums only for floating types: integer division does not distribute.
 template <class T>
@@ -63,16 +65,16 @@ inline constexpr detail::Linearity division_linearity =
     std::is_floating_point_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
 
 template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(division_linearity<T>, [](T x, T y) { return T(x / y); }, a, b);
+  return detail::map<T>(division_linearity<T>, detail::fn::Divide{}, a, b);
 }
 template <class T> DistArray<T> pow(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, [](T x, T y) { return T(std::pow(x, y)); }, a, b);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Pow{}, a, b);
 }
 template <class T> DistArray<T> maximum(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, [](T x, T y) { return x > y ? x : y; }, a, b);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Maximum{}, a, b);
 }
 template <class T> DistArray<T> minimum(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, [](T x, T y) { return x < y ? x : y; }, a, b);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Minimum{}, a, b);
 }
 
 template <class T> DistArray<T> operator+(const DistArray<T>& a, const DistArray<T>& b) { return add(a, b); }
@@ -81,31 +83,31 @@ template <class T> DistArray<T> operator*(const DistArray<T>& a, const DistArray
 template <class T> DistArray<T> operator/(const DistArray<T>& a, const DistArray<T>& b) { return divide(a, b); }
 
 // ---- comparisons: DistArray<bool> ----
-#define DAX_COMPARISON(name, op)                                                                 \
+#define DAX_COMPARISON(name, Fn, op)                                                               \
   template <class T>                                                                             \
   DistArray<bool> name(const DistArray<T>& a, const DistArray<T>& b) {                           \
-    return detail::map<bool>(detail::Linearity::none, [](T x, T y) { return x op y; }, a, b);   \
+    return detail::map<bool>(detail::Linearity::none, detail::fn::Fn{}, a, b);                  \
   }                                                                                              \
   template <class T>                                                                             \
   DistArray<bool> operator op(const DistArray<T>& a, const DistArray<T>& b) { return name(a, b); }
-DAX_COMPARISON(equal, ==)
-DAX_COMPARISON(not_equal, !=)
-DAX_COMPARISON(less, <)
-DAX_COMPARISON(less_equal, <=)
-DAX_COMPARISON(greater, >)
-DAX_COMPARISON(greater_equal, >=)
+DAX_COMPARISON(equal, Equal, ==)
+DAX_COMPARISON(not_equal, NotEqual, !=)
+DAX_COMPARISON(less, Less, <)
+DAX_COMPARISON(less_equal, LessEqual, <=)
+DAX_COMPARISON(greater, Greater, >)
+DAX_COMPARISON(greater_equal, GreaterEqual, >=)
 #undef DAX_COMPARISON
 
 /// cond ? a : b, elementwise, broadcasting all three.
 template <class T>
 DistArray<T> where(const DistArray<bool>& cond, const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Where{}, cond, a, b);
 }
 
 /// The array converted elementwise to U.
 template <class U, class T>
 DistArray<U> astype(const DistArray<T>& x) {
-  return detail::map<U>(detail::Linearity::none, [](T v) { return static_cast<U>(v); }, x);
+  return detail::map<U>(detail::Linearity::none, detail::fn::Cast<U>{}, x);
 }
 
 // ---- with scalars ----
@@ -114,43 +116,43 @@ concept Scalar = std::is_arithmetic_v<S> && !std::is_same_v<S, bool>;
 
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator+(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(x + v); }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Add, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator+(S s, const DistArray<T>& a) { return a + s; }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator-(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(x - v); }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Subtract, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator-(S s, const DistArray<T>& a) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(v - x); }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Subtract, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator*(const DistArray<T>& a, S s) {  // exact on partial sums: stays unreduced
-  return detail::map<T>(detail::Linearity::scaling, [v = T(s)](T x) { return T(x * v); }, a);
+  return detail::map<T>(detail::Linearity::scaling, detail::fn::BindRight<detail::fn::Multiply, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator*(S s, const DistArray<T>& a) { return a * s; }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator/(const DistArray<T>& a, S s) {
-  return detail::map<T>(division_linearity<T>, [v = T(s)](T x) { return T(x / v); }, a);
+  return detail::map<T>(division_linearity<T>, detail::fn::BindRight<detail::fn::Divide, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator/(S s, const DistArray<T>& a) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(v / x); }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Divide, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> pow(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return T(std::pow(x, v)); }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Pow, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> maximum(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return x > v ? x : v; }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Maximum, T>{T(s)}, a);
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> minimum(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, [v = T(s)](T x) { return x < v ? x : v; }, a);
+  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Minimum, T>{T(s)}, a);
 }
 
 // ---- in place: the name rebinds to the result (arrays are immutable values) ----
@@ -161,35 +163,34 @@ template <class T, class B> DistArray<T>& operator/=(DistArray<T>& a, const B& b
 
 // ---- unary ----
 template <class T> DistArray<T> neg(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::additive, [](T v) { return T(-v); }, x);
+  return detail::map<T>(detail::Linearity::additive, detail::fn::Negate{}, x);
 }
 template <class T> DistArray<T> operator-(const DistArray<T>& x) { return neg(x); }
 template <class T> DistArray<T> abs(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::none, [](T v) { return v < T(0) ? T(-v) : v; }, x);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Abs{}, x);
 }
 template <class T> DistArray<T> square(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::none, [](T v) { return T(v * v); }, x);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Square{}, x);
 }
 template <class T> DistArray<T> relu(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::none, [](T v) { return v > T(0) ? v : T(0); }, x);
+  return detail::map<T>(detail::Linearity::none, detail::fn::Relu{}, x);
 }
 
-#define DAX_FLOAT_UNARY(name, expr)                                                         \
-  template <class T>                                                                        \
-    requires std::is_floating_point_v<T>                                                    \
-  DistArray<T> name(const DistArray<T>& x) {                                                \
-    return detail::map<T>(detail::Linearity::none, [](T v) { return T(expr); }, x);         \
+#define DAX_FLOAT_UNARY(name, Fn)                                      \
+  template <class T>                                                   \
+    requires std::is_floating_point_v<T>                               \
+  DistArray<T> name(const DistArray<T>& x) {                           \
+    return detail::map<T>(detail::Linearity::none, detail::fn::Fn{}, x); \
   }
-DAX_FLOAT_UNARY(exp, std::exp(v))
-DAX_FLOAT_UNARY(log, std::log(v))
-DAX_FLOAT_UNARY(sqrt, std::sqrt(v))
-DAX_FLOAT_UNARY(rsqrt, T(1) / std::sqrt(v))
-DAX_FLOAT_UNARY(sin, std::sin(v))
-DAX_FLOAT_UNARY(cos, std::cos(v))
-DAX_FLOAT_UNARY(tanh, std::tanh(v))
-DAX_FLOAT_UNARY(sigmoid, T(1) / (T(1) + std::exp(-v)))
-// The tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-DAX_FLOAT_UNARY(gelu, T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))))
+DAX_FLOAT_UNARY(exp, Exp)
+DAX_FLOAT_UNARY(log, Log)
+DAX_FLOAT_UNARY(sqrt, Sqrt)
+DAX_FLOAT_UNARY(rsqrt, Rsqrt)
+DAX_FLOAT_UNARY(sin, Sin)
+DAX_FLOAT_UNARY(cos, Cos)
+DAX_FLOAT_UNARY(tanh, Tanh)
+DAX_FLOAT_UNARY(sigmoid, Sigmoid)
+DAX_FLOAT_UNARY(gelu, Gelu)  // the tanh approximation, as jax.nn.gelu's default
 #undef DAX_FLOAT_UNARY
 
 }  // namespace dax

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
-#include <dax/backend/cpu/copy.hpp>
-#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/device_ops.hpp>
+#include <dax/ops/functors.hpp>
 #include <dax/ops/shape.hpp>
 #include <dax/sharding/build.hpp>
 
@@ -36,21 +36,19 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
   if (!in.is_addressable()) return DistArray<T>(shape, s, nullptr);
   const Box piece = s.device_indices(Runtime::current().rank(), shape);
   const Box src = in.local_index();
-  auto buffer = detail::cpu::allocate(numel(piece) * sizeof(T));
-  T* out = static_cast<T*>(buffer->data());
-  const T* data = in.local_data().data();
-  // Element by element: out[idx] = in[lo + idx * step] (indices relative to each piece).
-  std::vector<int64_t> idx(n);
-  for (size_t d = 0; d < n; ++d) idx[d] = piece[d].start;
-  for (int64_t e = 0; e < numel(piece); ++e) {
-    int64_t off = 0;
-    for (size_t d = 0; d < n; ++d) off = off * src[d].size() + (lo[d] + idx[d] * by[d] - src[d].start);
-    out[e] = data[off];
-    for (size_t d = n; d-- > 0;) {
-      if (++idx[d] < piece[d].stop) break;
-      idx[d] = piece[d].start;
-    }
+  auto buffer = detail::dev::allocate(numel(piece) * sizeof(T));
+  if (numel(piece) == 0) return DistArray<T>(shape, s, std::move(buffer));
+  // out[j] = in[lo + (piece.start + j) * step] (indices relative to each piece): one strided read,
+  // its offset and strides in the local input.
+  std::vector<int64_t> strides(n);
+  int64_t base = 0, stride = 1;
+  for (size_t d = n; d-- > 0;) {
+    base += (lo[d] + piece[d].start * by[d] - src[d].start) * stride;
+    strides[d] = by[d] * stride;
+    stride *= src[d].size();
   }
+  detail::dev::broadcast_map(static_cast<T*>(buffer->data()), box_shape(piece), {strides}, detail::fn::Identity{},
+                             in.local_data().data() + base);
   return DistArray<T>(shape, s, std::move(buffer));
 }
 
@@ -79,7 +77,7 @@ DistArray<T> concatenate(const std::vector<DistArray<T>>& xs, int axis = 0) {
   }
   if (!parts[0].is_addressable()) return DistArray<T>(shape, s, nullptr);
   const Box piece = s.device_indices(Runtime::current().rank(), shape);
-  auto buffer = detail::cpu::allocate(numel(piece) * sizeof(T));
+  auto buffer = detail::dev::allocate(numel(piece) * sizeof(T));
   int64_t offset = 0;
   for (const auto& p : parts) {
     Box region = p.local_index();  // the part's piece, in its own coordinates
@@ -88,7 +86,7 @@ DistArray<T> concatenate(const std::vector<DistArray<T>>& xs, int axis = 0) {
     // Copy the part's piece into the result's piece at its offset along `d`.
     Box src_block = region;
     src_block[d] = placed[d];
-    detail::cpu::copy_region(p.local_data().data(), src_block, static_cast<T*>(buffer->data()), piece, placed);
+    detail::dev::copy_region(p.local_data().data(), src_block, static_cast<T*>(buffer->data()), piece, placed);
     offset += p.shape()[d];
   }
   return DistArray<T>(shape, s, std::move(buffer));

@@ -8,7 +8,7 @@
 #include <string>
 
 #include <dax/array/reshard.hpp>
-#include <dax/backend/cpu/gemm.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/matmul_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
@@ -41,8 +41,8 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
   Runtime& rt = Runtime::current();
   if (!am.is_addressable()) return DistArray<T>(rule.out_shape, rule.target, nullptr);
   const Shape local = box_shape(c.out.device_indices(rt.rank(), rule.out_shape));
-  auto buffer = cpu::allocate(numel(local) * sizeof(T));
-  cpu::batched_gemm(am.local_data().data(), am.local_shape(), bm.local_data().data(), bm.local_shape(),
+  auto buffer = dev::allocate(numel(local) * sizeof(T));
+  dev::batched_gemm(am.local_data().data(), am.local_shape(), bm.local_data().data(), bm.local_shape(),
                     static_cast<T*>(buffer->data()), local);
   return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), rule.target);
 }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <dax/array/creation.hpp>
+#include <dax/backend/device_ops.hpp>
+#include <dax/core/macros.hpp>
 #include <dax/core/philox.hpp>
 
 namespace dax::random {
@@ -33,48 +35,70 @@ inline std::vector<Key> split(const Key& k, int n = 2) {
 namespace detail {
 
 /// The four words for global element `index`.
-inline dax::detail::Philox4x32 bits(const Key& k, uint64_t index) {
+DAX_HOST_DEVICE inline dax::detail::Philox4x32 bits(const Key& k, uint64_t index) {
   return dax::detail::philox4x32_10(
       {{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0, 0}}, k.k0, k.k1);
 }
 
 /// Uniform in [0, 1) from one word (float: 24 bits) or two (double: 53 bits).
 template <class T>
-T unit(const dax::detail::Philox4x32& r, int word) {
+DAX_HOST_DEVICE T unit(const dax::detail::Philox4x32& r, int word) {
   if constexpr (sizeof(T) == 4) return static_cast<T>(r.c[word] >> 8) * static_cast<T>(1.0 / 16777216.0);
   const uint64_t x = (static_cast<uint64_t>(r.c[word]) << 21) ^ (r.c[word + 1] >> 11);
   return static_cast<T>(static_cast<double>(x & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0));
 }
 
-/// Fills this rank's piece with f(bits of its global element index).
+/// Fills this rank's piece with f(global element index), on its backend.
 template <class T, class F>
-DistArray<T> sample(const Shape& shape, const NamedSharding& sharding, F&& f) {
+DistArray<T> sample(const Shape& shape, const NamedSharding& sharding, F f) {
   return dax::detail::make_local<T>(shape, sharding, [&](T* data, const Box& index) {
-    for_each_in_box(shape, index, [&](int64_t k, int64_t flat) { data[k] = f(static_cast<uint64_t>(flat)); });
+    dax::detail::dev::generate(data, shape, index, f);
   });
 }
+
+// One function object per distribution (kernels take them by value).
+template <class T>
+struct Uniform {
+  Key key;
+  T lo, hi;
+  DAX_HOST_DEVICE T operator()(uint64_t i) const { return lo + (hi - lo) * unit<T>(bits(key, i), 0); }
+};
+
+/// Box-Muller on the element's own words.
+template <class T>
+struct Normal {
+  Key key;
+  T mean, stddev;
+  DAX_HOST_DEVICE T operator()(uint64_t i) const {
+    const auto r = bits(key, i);
+    const double u1 = 1.0 - unit<double>(r, 0), u2 = unit<double>(r, 2);
+    return static_cast<T>(mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+};
+
+struct Bernoulli {
+  Key key;
+  double p;
+  DAX_HOST_DEVICE bool operator()(uint64_t i) const { return unit<double>(bits(key, i), 0) < p; }
+};
 
 }  // namespace detail
 
 /// Uniform in [lo, hi).
 template <class T>
 DistArray<T> uniform(const Key& k, const Shape& shape, const NamedSharding& sharding, T lo = T(0), T hi = T(1)) {
-  return detail::sample<T>(shape, sharding, [&](uint64_t i) { return lo + (hi - lo) * detail::unit<T>(detail::bits(k, i), 0); });
+  return detail::sample<T>(shape, sharding, detail::Uniform<T>{k, lo, hi});
 }
 
 /// Standard normal (Box-Muller on the element's own words), times `stddev`, plus `mean`.
 template <class T>
 DistArray<T> normal(const Key& k, const Shape& shape, const NamedSharding& sharding, T mean = T(0), T stddev = T(1)) {
-  return detail::sample<T>(shape, sharding, [&](uint64_t i) {
-    const auto r = detail::bits(k, i);
-    const double u1 = 1.0 - detail::unit<double>(r, 0), u2 = detail::unit<double>(r, 2);
-    return static_cast<T>(mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  });
+  return detail::sample<T>(shape, sharding, detail::Normal<T>{k, mean, stddev});
 }
 
 /// True with probability p.
 inline DistArray<bool> bernoulli(const Key& k, double p, const Shape& shape, const NamedSharding& sharding) {
-  return detail::sample<bool>(shape, sharding, [&](uint64_t i) { return detail::unit<double>(detail::bits(k, i), 0) < p; });
+  return detail::sample<bool>(shape, sharding, detail::Bernoulli{k, p});
 }
 
 }  // namespace dax::random

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include <dax/array/reshard.hpp>
-#include <dax/backend/cpu/reduce.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/ops/reduction_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
 #include <dax/ops/elementwise.hpp>
@@ -43,7 +43,7 @@ inline void check_not_empty(const Shape& shape, const std::vector<bool>& flags, 
 
 template <class T, class Op>
 DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool keepdims, ReduceOp kind, T identity,
-                    Op&& op, const char* name) {
+                    Op op, const char* name) {
   static_assert(!std::is_same_v<T, bool>, "dax: reduce a DistArray<bool> after astype to an integer type");
   const bool linear = kind == ReduceOp::sum;
   const std::vector<bool> flags = reduced_dims(x.shape(), dims, name);
@@ -57,10 +57,10 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
   Runtime& rt = Runtime::current();
   if (!in.is_addressable()) return DistArray<T>(rule.out_shape, rule.partial, nullptr);
   const Shape local = box_shape(rule.partial.device_indices(rt.rank(), rule.out_shape));
-  auto buffer = cpu::allocate(numel(local) * sizeof(T));
+  auto buffer = dev::allocate(numel(local) * sizeof(T));
   T* out = static_cast<T*>(buffer->data());
-  cpu::fill(out, numel(local), identity);
-  cpu::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, out, op);
+  dev::fill(out, numel(local), identity);
+  dev::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, out, op);
   if (!linear && !rule.axes.empty()) {
     const OpLabel label([&] { return cat(name, " of ", to_string(x.shape()), " ", to_string(x.sharding().spec())); });
     auto& comm = rt.group(rule.partial.mesh(), rule.axes);
@@ -87,7 +87,7 @@ template <class T>
 DistArray<T> sum(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false,
                  const std::optional<NamedSharding>& out = std::nullopt) {
   return detail::finish(detail::reduce(x, dims, keepdims, detail::ReduceOp::sum, T(0),
-                                       [](T a, T b) { return T(a + b); }, "sum"),
+                                       detail::fn::Add{}, "sum"),
                         out);
 }
 
@@ -105,18 +105,18 @@ DistArray<T> mean(const DistArray<T>& x, const std::vector<int>& dims = {}, bool
 template <class T>
 DistArray<T> max(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
   return detail::reduce(x, dims, keepdims, detail::ReduceOp::max, detail::lowest_value<T>(),
-                        [](T a, T b) { return a > b ? a : b; }, "max");
+                        detail::fn::Maximum{}, "max");
 }
 
 template <class T>
 DistArray<T> min(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
   return detail::reduce(x, dims, keepdims, detail::ReduceOp::min, detail::highest_value<T>(),
-                        [](T a, T b) { return a < b ? a : b; }, "min");
+                        detail::fn::Minimum{}, "min");
 }
 
 template <class T>
 DistArray<T> prod(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
-  return detail::reduce(x, dims, keepdims, detail::ReduceOp::prod, T(1), [](T a, T b) { return T(a * b); },
+  return detail::reduce(x, dims, keepdims, detail::ReduceOp::prod, T(1), detail::fn::Multiply{},
                         "prod");
 }
 

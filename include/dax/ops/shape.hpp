@@ -8,7 +8,8 @@
 
 #include <dax/array/reshard.hpp>
 #include <dax/array/transpose.hpp>
-#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/backend/device_ops.hpp>
+#include <dax/ops/functors.hpp>
 #include <dax/ops/elementwise_rule.hpp>
 #include <dax/sharding/build.hpp>
 
@@ -98,9 +99,9 @@ DistArray<T> broadcast_to(const DistArray<T>& x, const Shape& shape) {
   const DistArray<T> in = detail::moved_to(x, rule.inputs[0]);
   if (!in.is_addressable()) return DistArray<T>(shape, rule.output, nullptr);
   const Shape local = box_shape(rule.output.device_indices(Runtime::current().rank(), shape));
-  auto buffer = detail::cpu::allocate(numel(local) * sizeof(T));
-  detail::cpu::broadcast_map(static_cast<T*>(buffer->data()), local,
-                             {detail::cpu::broadcast_strides(in.local_shape(), local)}, [](T v) { return v; },
+  auto buffer = detail::dev::allocate(numel(local) * sizeof(T));
+  detail::dev::broadcast_map(static_cast<T*>(buffer->data()), local,
+                             {detail::broadcast_strides(in.local_shape(), local)}, detail::fn::Identity{},
                              in.local_data().data());
   return DistArray<T>(shape, rule.output, std::move(buffer));
 }

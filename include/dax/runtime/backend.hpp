@@ -1,11 +1,13 @@
-// Which backend a process runs on: DAX_BACKEND=cpu|cuda, else CUDA when compiled with it and a
-// GPU is visible, else CPU.
+// Which backend a process runs on: DAX_BACKEND=cpu|cuda, else CUDA when the program was compiled
+// with it (nvcc + DAX_HAS_CUDA) and a GPU is visible, else CPU. The runtime records its choice
+// here; the backend dispatch (backend/device_ops.hpp) reads it on every call.
 #pragma once
 
 #include <cstdlib>
 #include <string>
 
 #include <dax/core/error.hpp>
+#include <dax/core/macros.hpp>
 
 namespace dax {
 
@@ -18,25 +20,30 @@ inline std::string platform_name(Backend b) { return b == Backend::cpu ? "CPU" :
 
 namespace detail {
 
-inline bool compiled_with_cuda() {
-#if defined(DAX_HAS_CUDA) && defined(__CUDACC__)
-  return true;
-#else
-  return false;
-#endif
+inline constexpr bool compiled_with_cuda() { return DAX_CUDA_BACKEND == 1; }
+
+/// The backend of the live runtime (CPU while none is alive).
+inline Backend& active_backend() {
+  static Backend backend = Backend::cpu;
+  return backend;
 }
 
-inline Backend choose_backend() {
-  const char* env = std::getenv("DAX_BACKEND");
-  const std::string wanted = env ? env : "";
+/// The choice for DAX_BACKEND = `wanted` ("" when unset) with `gpus` GPUs visible.
+inline Backend choose_backend(const std::string& wanted, int gpus) {
   if (wanted == "cpu") return Backend::cpu;
   if (wanted == "cuda") {
     DAX_CHECK(compiled_with_cuda(), "DAX_BACKEND=cuda, but this program was compiled without CUDA "
-              "(build it with nvcc and DAX_ENABLE_CUDA=ON)");
-    fail("DAX_BACKEND=cuda: the CUDA backend is not available yet in this version of dax");
+              "(compile it with nvcc and link dax::dax_cuda, which defines DAX_HAS_CUDA)");
+    DAX_CHECK(gpus > 0, "DAX_BACKEND=cuda, but no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver?)");
+    return Backend::cuda;
   }
   DAX_CHECK(wanted.empty(), "DAX_BACKEND must be 'cpu' or 'cuda', got '", wanted, "'");
-  return Backend::cpu;  // CUDA joins the automatic choice when backend/cuda lands
+  return compiled_with_cuda() && gpus > 0 ? Backend::cuda : Backend::cpu;
+}
+
+inline Backend choose_backend(int gpus) {
+  const char* env = std::getenv("DAX_BACKEND");
+  return choose_backend(env ? env : "", gpus);
 }
 
 }  // namespace detail

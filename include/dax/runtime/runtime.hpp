@@ -16,6 +16,11 @@
 #include <dax/core/error.hpp>
 #include <dax/runtime/backend.hpp>
 #include <dax/sharding/mesh.hpp>
+#if DAX_CUDA_BACKEND
+#include <dax/backend/cuda/device.cuh>
+#include <dax/backend/cuda/memory.cuh>
+#include <dax/backend/cuda/transport.cuh>
+#endif
 
 namespace dax {
 
@@ -36,6 +41,14 @@ class Runtime {
   ~Runtime() {
     for (auto& hook : shutdown_hooks_) hook();
     groups_.clear();
+#if DAX_CUDA_BACKEND
+    if (backend_ == Backend::cuda) {  // device memory and the stream go before the context does
+      detail::cuda::device_allocator()->release_cached();
+      detail::cuda::pinned_allocator()->release_cached();
+      detail::cuda::context().shutdown();
+    }
+#endif
+    detail::active_backend() = Backend::cpu;
     world_.reset();
     watchdog_.reset();
     if (owns_mpi_) {
@@ -99,8 +112,7 @@ class Runtime {
     MPI_Group_free(&sub_group);
     MPI_Group_free(&world_group);
     detail::mpi_check(rc, "MPI_Comm_create_group");
-    auto [pos, inserted] = groups_.emplace(
-        std::move(key), std::make_unique<detail::MpiCommunicator>(comm, std::move(name), members, watchdog_.get()));
+    auto [pos, inserted] = groups_.emplace(std::move(key), make_communicator(comm, std::move(name), members));
     return *pos->second;
   }
 
@@ -134,10 +146,37 @@ class Runtime {
     world_ = std::make_unique<detail::MpiCommunicator>(world, "world", std::vector<int>{}, watchdog_.get());
     rank_ = world_->rank();
     size_ = world_->size();
-    backend_ = detail::choose_backend();
+#if DAX_CUDA_BACKEND
+    backend_ = detail::choose_backend(detail::cuda::visible_gpus());
+    if (backend_ == Backend::cuda) detail::cuda::context().init(node_local_rank(world));
+#else
+    backend_ = detail::choose_backend(0);
+#endif
+    detail::active_backend() = backend_;
     static uint64_t created = 0;
     generation_ = ++created;
     detail::current_runtime() = this;
+  }
+
+  /// The transport of a new group: MPI on CPU; on CUDA, NCCL or (DAX_TRANSPORT=mpi) MPI with
+  /// device buffers staged through pinned host memory.
+  std::unique_ptr<detail::Communicator> make_communicator(MPI_Comm comm, std::string name, std::vector<int> members) {
+#if DAX_CUDA_BACKEND
+    if (backend_ == Backend::cuda)
+      return detail::cuda::make_gpu_communicator(comm, std::move(name), std::move(members), watchdog_.get());
+#endif
+    return std::make_unique<detail::MpiCommunicator>(comm, std::move(name), std::move(members), watchdog_.get());
+  }
+
+  /// This rank's position among the ranks on its node (its GPU is this modulo the node's GPUs).
+  static int node_local_rank(MPI_Comm world) {
+    MPI_Comm node = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                      "MPI_Comm_split_type");
+    int rank = 0;
+    MPI_Comm_rank(node, &rank);
+    MPI_Comm_free(&node);
+    return rank;
   }
 
   static std::string describe_creation(const void* doing) {

@@ -7,11 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <dax/backend/copy_mode.hpp>
 #include <dax/core/shape.hpp>
 
 namespace dax::detail::cpu {
-
-enum class CopyMode { assign, add };
 
 /// dst[region] (=|+=) src[region], where src holds the piece `src_block` of the global array and
 /// dst the piece `dst_block`, both row-major; `region` lies inside both.

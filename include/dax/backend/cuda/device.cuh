@@ -1,0 +1,170 @@
+// The process's GPU: which device this rank drives, its one stream and its cuBLAS handle, plus the
+// checks that turn CUDA and cuBLAS return codes into dax::Error and the launch shape kernels use.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include <dax/core/error.hpp>
+
+namespace dax::detail::cuda {
+
+/// Throws dax::Error naming `call` when `status` is an error.
+inline void check_cuda(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  // Clear the thread's last error too, or the next launch check would blame its kernel for it
+  // (sticky errors, from a faulting kernel, stay whatever is done here).
+  (void)cudaGetLastError();
+  fail("CUDA error: ", call, " returned ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+}
+
+inline void check_cublas(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  fail("cuBLAS error: ", call, " returned ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ")");
+}
+
+}  // namespace dax::detail::cuda
+
+#define DAX_CUDA_CHECK(call) ::dax::detail::cuda::check_cuda((call), #call)
+#define DAX_CUBLAS_CHECK(call) ::dax::detail::cuda::check_cublas((call), #call)
+
+namespace dax::detail::cuda {
+
+/// Devices this process can see; 0 when there is no driver or no device.
+inline int visible_gpus() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+/// The device a rank drives and the one stream all of its work goes on. Every kernel, copy, GEMM
+/// and collective is ordered on that stream, which is what lets a freed block be reused at once
+/// (see memory.cuh) and keeps the host waiting only where a value must reach it.
+class DeviceContext {
+ public:
+  DeviceContext() = default;
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  // No CUDA calls here: at static destruction the CUDA runtime may already be unloaded. The
+  // runtime calls shutdown() while everything is still alive.
+  ~DeviceContext() = default;
+
+  /// Binds this process to GPU node_local_rank % visible GPUs and creates its stream and handle.
+  /// Calling it again for the same GPU does nothing.
+  void init(int node_local_rank) {
+    const int gpus = visible_gpus();
+    DAX_CHECK(gpus > 0, "CUDA backend: no CUDA device visible (cudaGetDeviceCount found none)");
+    const int device = node_local_rank % gpus;
+    if (initialized_) {
+      DAX_CHECK(device == device_, "CUDA backend: already running on GPU ", device_, "; cannot switch to GPU ", device,
+                " (node-local rank ", node_local_rank, ")");
+      return;
+    }
+    DAX_CUDA_CHECK(cudaSetDevice(device));
+    cudaStream_t stream = nullptr;
+    DAX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cublasHandle_t blas = nullptr;
+    try {
+      DAX_CUBLAS_CHECK(cublasCreate(&blas));
+      DAX_CUBLAS_CHECK(cublasSetStream(blas, stream));
+      DAX_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));  // alpha, beta on the host
+      DAX_CUBLAS_CHECK(cublasSetMathMode(blas, math_mode(true)));              // gemm.cuh sets it per call
+    } catch (...) {
+      if (blas) (void)cublasDestroy(blas);
+      (void)cudaStreamDestroy(stream);
+      throw;
+    }
+    device_ = device;
+    stream_ = stream;
+    blas_ = blas;
+    initialized_ = true;
+  }
+
+  /// Destroys the handle and the stream (waiting for the stream's work first); safe to call twice.
+  void shutdown() {
+    if (!initialized_) return;
+    initialized_ = false;
+    const cudaError_t synced = cudaStreamSynchronize(stream_);
+    const cublasStatus_t handle = cublasDestroy(blas_);
+    const cudaError_t stream = cudaStreamDestroy(stream_);
+    blas_ = nullptr;
+    stream_ = nullptr;
+    check_cuda(synced, "cudaStreamSynchronize(stream)");
+    check_cublas(handle, "cublasDestroy(handle)");
+    check_cuda(stream, "cudaStreamDestroy(stream)");
+  }
+
+  bool initialized() const { return initialized_; }
+
+  int device() const {
+    require();
+    return device_;
+  }
+  cudaStream_t stream() const {
+    require();
+    return stream_;
+  }
+  cublasHandle_t blas() const {
+    require();
+    return blas_;
+  }
+
+  /// Waits for everything queued on the stream.
+  void synchronize() const { DAX_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+  /// cuBLAS math mode for a precision. Exact float32 also keeps reductions inside half and
+  /// bfloat16 products in float32 (cuBLAS may otherwise reduce split-K parts in the output type).
+  static cublasMath_t math_mode(bool exact_float32) {
+    return exact_float32
+               ? static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
+               : CUBLAS_TF32_TENSOR_OP_MATH;
+  }
+
+ private:
+  void require() const {
+    DAX_CHECK(initialized_,
+              "CUDA backend used before its device was set up "
+              "(dax::Runtime initializes it; create one first)");
+  }
+
+  bool initialized_ = false;
+  int device_ = -1;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+};
+
+/// The process's device context.
+inline DeviceContext& context() {
+  static DeviceContext instance;
+  return instance;
+}
+
+inline void synchronize() { context().synchronize(); }
+
+// ---- launch shape shared by the kernels ----
+
+inline constexpr int block_threads = 256;
+
+/// Blocks for a grid-stride loop over `count` items. Capped: past a few waves of the largest GPU,
+/// more blocks only add scheduling work, each thread loops instead.
+inline unsigned grid_blocks(int64_t count, int64_t per_block = block_threads) {
+  constexpr int64_t max_blocks = 1 << 16;
+  return static_cast<unsigned>(std::clamp<int64_t>((count + per_block - 1) / per_block, 1, max_blocks));
+}
+
+/// Turns a failed launch (bad configuration, or an earlier kernel's fault) into a dax::Error.
+inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+#if defined(__CUDACC__)
+/// First item and step of a grid-stride loop over a 1-d grid, in 64 bits.
+__device__ inline int64_t grid_first() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline int64_t grid_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+#endif
+
+}  // namespace dax::detail::cuda

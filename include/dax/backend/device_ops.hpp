@@ -1,0 +1,156 @@
+// The generic layer's view of the local kernels: one function per kernel that runs it on the
+// backend of the live runtime, CPU or CUDA, with the same arguments and results. Buffers come from
+// that backend's memory; host data reaches them only through to_host / from_host. In a g++ build
+// only the CPU branch exists, so the dispatch costs nothing there.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include <dax/backend/buffer.hpp>
+#include <dax/backend/copy_mode.hpp>
+#include <dax/backend/cpu/copy.hpp>
+#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/backend/cpu/gemm.hpp>
+#include <dax/backend/cpu/generate.hpp>
+#include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/cpu/reduce.hpp>
+#include <dax/backend/cpu/transpose.hpp>
+#include <dax/core/macros.hpp>
+#include <dax/runtime/backend.hpp>
+#if DAX_CUDA_BACKEND
+#include <dax/backend/cuda/backend.cuh>
+#endif
+
+namespace dax::detail::dev {
+
+/// Whether the live runtime runs on CUDA (always false in a build without it).
+inline bool on_gpu() {
+#if DAX_CUDA_BACKEND
+  return active_backend() == Backend::cuda;
+#else
+  return false;
+#endif
+}
+
+#if DAX_CUDA_BACKEND
+#define DAX_DISPATCH(call) \
+  if (on_gpu()) return cuda::call; \
+  return cpu::call
+#else
+#define DAX_DISPATCH(call) return cpu::call
+#endif
+
+/// A block of the backend's memory (device memory on CUDA), from its caching allocator.
+inline std::shared_ptr<Buffer> allocate(size_t bytes) { DAX_DISPATCH(allocate(bytes)); }
+
+template <class T>
+void fill(T* data, int64_t count, T value) {
+  DAX_DISPATCH(fill(data, count, value));
+}
+
+/// dst[region] (= or +=) src[region]; see backend/cpu/copy.hpp.
+template <class T>
+void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_block, const Box& region,
+                 CopyMode mode = CopyMode::assign) {
+  DAX_DISPATCH(copy_region(src, src_block, dst, dst_block, region, mode));
+}
+
+/// out[i] = f(in_k[i . strides_k]...) over the row-major index i of `shape`.
+template <class Out, class F, class... In>
+void broadcast_map(Out* out, const Shape& shape, const std::array<std::vector<int64_t>, sizeof...(In)>& strides,
+                   F f, const In*... in) {
+  DAX_DISPATCH(broadcast_map(out, shape, strides, f, in...));
+}
+
+/// out (holding op's identity) folded with `in` along the dimensions flagged in `reduced`.
+template <class T, class Op>
+void reduce_dims(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out, Op op) {
+  DAX_DISPATCH(reduce_dims(in, shape, reduced, out, op));
+}
+
+template <class T>
+void permute(const T* in, const Shape& in_shape, const std::vector<int>& perm, T* out) {
+  DAX_DISPATCH(permute(in, in_shape, perm, out));
+}
+
+template <class T, class F>
+void generate(T* data, const Shape& shape, const Box& index, F f) {
+  DAX_DISPATCH(generate(data, shape, index, f));
+}
+
+template <class T>
+void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape) {
+  DAX_DISPATCH(batched_gemm(a, a_shape, b, b_shape, c, c_shape));
+}
+
+#undef DAX_DISPATCH
+
+/// Copies `bytes` from the backend's memory to the host; returns once the host can read them.
+inline void to_host(void* host, const void* src, size_t bytes) {
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) return cuda::copy_to_host(host, src, bytes);
+#endif
+  if (bytes) std::memcpy(host, src, bytes);
+}
+
+/// Copies `bytes` of host data into the backend's memory.
+inline void from_host(void* dst, const void* host, size_t bytes) {
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) return cuda::copy_from_host(dst, host, bytes);
+#endif
+  if (bytes) std::memcpy(dst, host, bytes);
+}
+
+/// Copies `bytes` within the backend's memory.
+inline void copy(void* dst, const void* src, size_t bytes) {
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) return cuda::copy_device(dst, src, bytes);
+#endif
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+/// Waits until the backend's queued work is done (no-op on CPU).
+inline void synchronize() {
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) cuda::synchronize();
+#endif
+}
+
+/// Runs `write(T* host)` to produce `count` elements on the host and puts them at `data` (backend
+/// memory): in place on CPU, through a host buffer and one upload on GPU.
+template <class T, class Write>
+void write_from_host(T* data, int64_t count, Write&& write) {
+  if (!on_gpu()) return write(data);
+  const auto host = std::make_unique_for_overwrite<T[]>(count);
+  write(host.get());
+  from_host(data, host.get(), count * sizeof(T));
+}
+
+/// A buffer holding `values` (host data) in the backend's memory.
+template <class T>
+std::shared_ptr<Buffer> upload(const T* values, int64_t count) {
+  auto buffer = allocate(count * sizeof(T));
+  from_host(buffer->data(), values, count * sizeof(T));
+  return buffer;
+}
+
+/// `count` elements of a buffer of the backend's memory, as host values.
+template <class T>
+std::vector<T> download(const T* data, int64_t count) {
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no contiguous storage
+    std::vector<char> bytes(count);
+    to_host(bytes.data(), data, count);
+    return std::vector<bool>(bytes.begin(), bytes.end());
+  } else {
+    std::vector<T> host(count);
+    to_host(host.data(), data, count * sizeof(T));
+    return host;
+  }
+}
+
+}  // namespace dax::detail::dev

@@ -1,0 +1,88 @@
+// The elementwise and reduction functions of dax's ops as small function objects. They are
+// DAX_HOST_DEVICE so the same object runs in the CPU loops and in the CUDA kernels, and
+// trivially copyable so a kernel can take it by value. Scalars bind with BindRight / BindLeft.
+#pragma once
+
+#include <cmath>
+
+#include <dax/core/macros.hpp>
+
+namespace dax::detail::fn {
+
+#define DAX_BINARY_FN(Name, expr)                                      \
+  struct Name {                                                        \
+    template <class T>                                                 \
+    DAX_HOST_DEVICE T operator()(T x, T y) const { return T(expr); }  \
+  };
+DAX_BINARY_FN(Add, x + y)
+DAX_BINARY_FN(Subtract, x - y)
+DAX_BINARY_FN(Multiply, x * y)
+DAX_BINARY_FN(Divide, x / y)
+DAX_BINARY_FN(Pow, std::pow(x, y))
+DAX_BINARY_FN(Maximum, x > y ? x : y)
+DAX_BINARY_FN(Minimum, x < y ? x : y)
+#undef DAX_BINARY_FN
+
+#define DAX_COMPARE_FN(Name, op)                                          \
+  struct Name {                                                           \
+    template <class T>                                                    \
+    DAX_HOST_DEVICE bool operator()(T x, T y) const { return x op y; }   \
+  };
+DAX_COMPARE_FN(Equal, ==)
+DAX_COMPARE_FN(NotEqual, !=)
+DAX_COMPARE_FN(Less, <)
+DAX_COMPARE_FN(LessEqual, <=)
+DAX_COMPARE_FN(Greater, >)
+DAX_COMPARE_FN(GreaterEqual, >=)
+#undef DAX_COMPARE_FN
+
+#define DAX_UNARY_FN(Name, expr)                                  \
+  struct Name {                                                   \
+    template <class T>                                            \
+    DAX_HOST_DEVICE T operator()(T v) const { return T(expr); }  \
+  };
+DAX_UNARY_FN(Identity, v)
+DAX_UNARY_FN(Negate, -v)
+DAX_UNARY_FN(Abs, v < T(0) ? T(-v) : v)
+DAX_UNARY_FN(Square, v * v)
+DAX_UNARY_FN(Relu, v > T(0) ? v : T(0))
+DAX_UNARY_FN(Exp, std::exp(v))
+DAX_UNARY_FN(Log, std::log(v))
+DAX_UNARY_FN(Sqrt, std::sqrt(v))
+DAX_UNARY_FN(Rsqrt, T(1) / std::sqrt(v))
+DAX_UNARY_FN(Sin, std::sin(v))
+DAX_UNARY_FN(Cos, std::cos(v))
+DAX_UNARY_FN(Tanh, std::tanh(v))
+DAX_UNARY_FN(Sigmoid, T(1) / (T(1) + std::exp(-v)))
+// The tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+DAX_UNARY_FN(Gelu, T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))))
+#undef DAX_UNARY_FN
+
+/// cond ? x : y.
+struct Where {
+  template <class T>
+  DAX_HOST_DEVICE T operator()(bool cond, T x, T y) const { return cond ? x : y; }
+};
+
+/// The value converted to U.
+template <class U>
+struct Cast {
+  template <class T>
+  DAX_HOST_DEVICE U operator()(T v) const { return static_cast<U>(v); }
+};
+
+/// f(x, value): an array op a scalar.
+template <class F, class T>
+struct BindRight {
+  T value;
+  DAX_HOST_DEVICE auto operator()(T x) const { return F{}(x, value); }
+};
+
+/// f(value, x): a scalar op an array.
+template <class F, class T>
+struct BindLeft {
+  T value;
+  DAX_HOST_DEVICE auto operator()(T x) const { return F{}(value, x); }
+};
+
+}  // namespace dax::detail::fn

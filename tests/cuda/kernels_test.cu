@@ -1,0 +1,581 @@
+// The CUDA backend's kernels, each checked against its CPU counterpart in backend/cpu on random
+// (non-zero) inputs and uneven shapes; plus the device allocator's caching and out-of-memory text.
+// Standalone (no runtime, no MPI calls): skips with exit code 77 when no GPU is visible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <dax/backend/cpu/copy.hpp>
+#include <dax/backend/cpu/elementwise.hpp>
+#include <dax/backend/cpu/gemm.hpp>
+#include <dax/backend/cpu/reduce.hpp>
+#include <dax/backend/cpu/transpose.hpp>
+#include <dax/backend/cuda/backend.cuh>
+#include <dax/backend/matmul_precision.hpp>
+#include <dax/core/philox.hpp>
+#include <dax/core/shape.hpp>
+
+namespace cpu = dax::detail::cpu;
+namespace gpu = dax::detail::cuda;
+using dax::Box;
+using dax::Shape;
+using dax::detail::cat;
+
+namespace {
+
+int failures = 0;
+
+void report(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
+  if (!ok) ++failures;
+}
+
+/// Runs one group of checks; an exception fails the group with its message instead of ending the run.
+void run(const std::string& group, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    report(false, cat(group, ": threw ", e.what()));
+  }
+}
+
+std::mt19937_64 rng(20240601);
+
+int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+
+/// Non-zero values of both signs: magnitudes 1..9 for integers, [0.5, 1.5) otherwise.
+template <class T>
+T random_value() {
+  const bool negative = uniform(0, 1) == 1;
+  if constexpr (std::is_integral_v<T>) {
+    const auto v = static_cast<T>(uniform(1, 9));
+    return negative ? static_cast<T>(-v) : v;
+  } else {
+    const double v = std::uniform_real_distribution<double>(0.5, 1.5)(rng) * (negative ? -1 : 1);
+    if constexpr (std::is_same_v<T, double>)
+      return v;
+    else
+      return T(static_cast<float>(v));
+  }
+}
+
+template <class T>
+std::vector<T> random_vector(int64_t n) {
+  std::vector<T> v(static_cast<size_t>(n));
+  for (auto& x : v) x = random_value<T>();
+  return v;
+}
+
+template <class T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, float>)
+    return "float";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return "int32_t";
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return "int64_t";
+  else if constexpr (std::is_same_v<T, Eigen::half>)
+    return "half";
+  else if constexpr (std::is_same_v<T, Eigen::bfloat16>)
+    return "bfloat16";
+  else
+    return "?";
+}
+
+template <class T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>)
+    return static_cast<float>(v);
+  else
+    return static_cast<double>(v);
+}
+
+template <class T>
+struct DeviceArray {
+  std::shared_ptr<dax::detail::Buffer> buffer;
+  size_t size = 0;
+  T* data() const { return static_cast<T*>(buffer->data()); }
+};
+
+template <class T>
+DeviceArray<T> upload(const std::vector<T>& host) {
+  DeviceArray<T> d{gpu::allocate(std::max<size_t>(host.size(), 1) * sizeof(T)), host.size()};
+  gpu::copy_from_host(d.data(), host.data(), host.size() * sizeof(T));
+  return d;
+}
+
+template <class T>
+std::vector<T> download(const DeviceArray<T>& d) {
+  std::vector<T> host(d.size);
+  gpu::copy_to_host(host.data(), d.data(), host.size() * sizeof(T));
+  return host;
+}
+
+/// Empty when equal, else where and how they differ.
+template <class T>
+std::string difference(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) return cat("sizes ", got.size(), " vs ", want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
+      return cat("element ", i, ": gpu ", to_double(got[i]), ", cpu ", to_double(want[i]));
+  return "";
+}
+
+/// Empty when |got - want| <= tol[i] everywhere.
+template <class T>
+std::string difference(const std::vector<T>& got, const std::vector<double>& want, const std::vector<double>& tol) {
+  if (got.size() != want.size()) return cat("sizes ", got.size(), " vs ", want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(to_double(got[i]) - want[i]) <= tol[i]))
+      return cat("element ", i, ": gpu ", to_double(got[i]), ", reference ", want[i], ", tolerance ", tol[i]);
+  return "";
+}
+
+void expect_same(const std::string& what, const std::string& diff) {
+  report(diff.empty(), diff.empty() ? what : what + ": " + diff);
+}
+
+// ---- functors: trivially copyable, DAX_HOST_DEVICE ----
+
+struct SubMul {  // no a * b + c form, so nvcc cannot contract it into an FMA the CPU does not do
+  DAX_HOST_DEVICE float operator()(float a, float b, float c) const { return (a - b) * c; }
+};
+struct Scale {
+  double s;
+  DAX_HOST_DEVICE double operator()(float a) const { return a * s; }
+};
+struct Combine {
+  DAX_HOST_DEVICE int64_t operator()(int32_t a, int64_t b) const { return a * 3 - b; }
+};
+struct Less {
+  DAX_HOST_DEVICE uint8_t operator()(float a, double b) const { return a < b; }
+};
+template <class T>
+struct Sum {
+  DAX_HOST_DEVICE T operator()(T a, T b) const { return a + b; }
+};
+template <class T>
+struct Max {
+  DAX_HOST_DEVICE T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct PhiloxBits {
+  uint32_t k0, k1;
+  DAX_HOST_DEVICE uint32_t operator()(uint64_t flat) const {
+    const auto r = dax::detail::philox4x32_10(
+        dax::detail::Philox4x32{{static_cast<uint32_t>(flat), static_cast<uint32_t>(flat >> 32), 0u, 0u}}, k0, k1);
+    return r.c[0] ^ r.c[3];
+  }
+};
+struct PhiloxUniform {  // [0, 1) from 24 random bits: exact in float on both sides
+  PhiloxBits bits;
+  DAX_HOST_DEVICE float operator()(uint64_t flat) const {
+    return static_cast<float>(bits(flat) >> 8) * (1.0f / 16777216.0f);
+  }
+};
+
+// ---- memory ----
+
+void test_memory() {
+  const auto host = random_vector<double>(100003);
+  const auto a = upload(host);
+  DeviceArray<double> b{gpu::allocate(host.size() * sizeof(double)), host.size()};
+  gpu::copy_device(b.data(), a.data(), host.size() * sizeof(double));
+  expect_same("memory: upload, device copy, download", difference(download(b), host));
+
+  auto pinned = gpu::allocate_pinned(host.size() * sizeof(double));
+  gpu::copy_device(pinned->data(), b.data(), host.size() * sizeof(double));  // device -> pinned, on the stream
+  gpu::synchronize();
+  std::vector<double> back(host.size());
+  std::memcpy(back.data(), pinned->data(), back.size() * sizeof(double));
+  expect_same("memory: device to pinned through copy_device", difference(back, host));
+
+  try {
+    [[maybe_unused]] auto huge = gpu::allocate(size_t(1) << 50);
+    report(false, "memory: allocating 2^50 bytes should fail");
+  } catch (const dax::Error& e) {
+    const std::string text = e.what();
+    report(text.find("out of device memory") != std::string::npos && text.find("1125899906842624") != std::string::npos,
+           "memory: out-of-memory error says: " + text);
+  }
+  const auto after = upload(std::vector<float>{1.5f, -2.5f});
+  expect_same("memory: allocation after the out-of-memory error", difference(download(after), {1.5f, -2.5f}));
+
+  // Steady state: the same sizes over and over (with a reduction's scratch too) allocate nothing new.
+  const auto& allocator = gpu::device_allocator();
+  const std::vector<size_t> sizes{77, 1000, 4096, size_t(1) << 20, (size_t(3) << 20) + 5};
+  const auto input = upload(random_vector<float>(1 << 20));
+  int64_t after_first = 0;
+  for (int it = 0; it < 100; ++it) {
+    std::vector<std::shared_ptr<dax::detail::Buffer>> held;
+    for (size_t s : sizes) held.push_back(gpu::allocate(s));
+    gpu::fill(static_cast<float*>(held[3]->data()), int64_t(1) << 18, 0.0f);
+    gpu::reduce_dims(input.data(), Shape{1 << 20}, {true}, static_cast<float*>(held[3]->data()), Sum<float>{});
+    held.clear();
+    if (it == 0) after_first = allocator->stats().system_allocations;
+  }
+  gpu::synchronize();
+  const int64_t now = allocator->stats().system_allocations;
+  report(now == after_first,
+         cat("memory: 99 steady-state iterations made ", now - after_first, " new cudaMalloc calls"));
+}
+
+// ---- copy ----
+
+Box random_box_within(const Shape& g) {
+  Box box(g.size());
+  for (size_t d = 0; d < g.size(); ++d) {
+    const int64_t start = uniform(0, g[d] - 1);
+    box[d] = {start, uniform(start + 1, g[d])};
+  }
+  return box;
+}
+
+Box random_box_around(const Box& region, const Shape& g) {
+  Box box(g.size());
+  for (size_t d = 0; d < g.size(); ++d) box[d] = {uniform(0, region[d].start), uniform(region[d].stop, g[d])};
+  return box;
+}
+
+template <class T>
+std::string check_copy(const Box& src_block, const Box& dst_block, const Box& region, dax::detail::CopyMode mode) {
+  const auto src = random_vector<T>(dax::numel(src_block));
+  auto want = random_vector<T>(dax::numel(dst_block));
+  const auto d_src = upload(src);
+  const auto d_dst = upload(want);
+  cpu::copy_region(src.data(), src_block, want.data(), dst_block, region, mode);
+  gpu::copy_region(d_src.data(), src_block, d_dst.data(), dst_block, region, mode);
+  const std::string diff = difference(download(d_dst), want);
+  return diff.empty() ? ""
+                      : cat(dax::to_string(region), " from ", dax::to_string(src_block), " to ",
+                            dax::to_string(dst_block), ": ", diff);
+}
+
+template <class T>
+void test_copy() {
+  const char* type = type_name<T>();
+  for (auto mode : {dax::detail::CopyMode::assign, dax::detail::CopyMode::add}) {
+    const char* name = mode == dax::detail::CopyMode::add ? "add" : "assign";
+    std::string diff;
+    int cases = 0;
+    for (int rank = 0; rank <= 4 && diff.empty(); ++rank) {
+      for (int c = 0; c < 40 && diff.empty(); ++c, ++cases) {
+        Shape g(rank);
+        for (auto& e : g) e = uniform(1, 13);
+        const Box region = random_box_within(g);
+        diff = check_copy<T>(random_box_around(region, g), random_box_around(region, g), region, mode);
+      }
+    }
+    expect_same(cat("copy_region<", type, "> ", name, ": ", cases, " random regions of rank 0-4"), diff);
+  }
+}
+
+void test_copy_edges() {
+  using dax::detail::CopyMode;
+  // Full 9-d pieces merge into one run; a 9-d region strided in every dimension cannot merge.
+  const Shape g(9, 3);
+  const Box full = dax::full_box(g);
+  expect_same("copy_region: 9-d full pieces (merged into one run)", check_copy<float>(full, full, full, CopyMode::add));
+  const Box inner(9, dax::Slice{0, 2});
+  try {
+    check_copy<float>(full, full, inner, CopyMode::assign);
+    report(false, "copy_region: 9 unmergeable dimensions should be refused");
+  } catch (const dax::Error& e) {
+    report(std::string(e.what()).find("at most 8") != std::string::npos,
+           cat("copy_region: refuses 9-d walks: ", e.what()));
+  }
+  // An empty region touches nothing.
+  expect_same("copy_region: empty region", check_copy<float>(full, full, Box(9, dax::Slice{1, 1}), CopyMode::assign));
+
+  for (int64_t count : {int64_t(1), int64_t(1000003)}) {
+    DeviceArray<int64_t> d{gpu::allocate(count * sizeof(int64_t)), static_cast<size_t>(count)};
+    gpu::fill(d.data(), count, int64_t(-7));
+    expect_same(cat("fill<int64_t> of ", count), difference(download(d), std::vector<int64_t>(count, -7)));
+  }
+}
+
+// ---- elementwise ----
+
+template <class Out, class F, class... In>
+void check_map(const std::string& what, const Shape& shape, F f, const std::pair<Shape, std::vector<In>>&... ins) {
+  const std::array<std::vector<int64_t>, sizeof...(In)> strides{dax::detail::broadcast_strides(ins.first, shape)...};
+  std::vector<Out> want(static_cast<size_t>(dax::numel(shape)));
+  cpu::broadcast_map(want.data(), shape, strides, f, ins.second.data()...);
+  const auto inputs = std::make_tuple(upload(ins.second)...);
+  DeviceArray<Out> out{gpu::allocate(std::max<size_t>(want.size(), 1) * sizeof(Out)), want.size()};
+  std::apply([&](const auto&... d) { gpu::broadcast_map(out.data(), shape, strides, f, d.data()...); }, inputs);
+  expect_same(cat("broadcast_map ", what, " to ", dax::to_string(shape)), difference(download(out), want));
+}
+
+template <class T>
+std::pair<Shape, std::vector<T>> operand(const Shape& shape) {
+  return {shape, random_vector<T>(dax::numel(shape))};
+}
+
+void test_elementwise() {
+  const Shape s{6, 7, 5};
+  check_map<float>("3 same-shape operands (flat path)", s, SubMul{}, operand<float>(s), operand<float>(s),
+                   operand<float>(s));
+  check_map<float>("(6,7,5) (7,1) (5,)", s, SubMul{}, operand<float>(s), operand<float>({7, 1}), operand<float>({5}));
+  check_map<float>("(1,7,5) (6,1,1) ()", s, SubMul{}, operand<float>({1, 7, 5}), operand<float>({6, 1, 1}),
+                   operand<float>({}));
+  check_map<float>("0-d operands", {}, SubMul{}, operand<float>({}), operand<float>({}), operand<float>({}));
+  const Shape big{33, 1025, 17};
+  check_map<double>("float -> double, one operand", big, Scale{0.37}, operand<float>(big));
+  check_map<double>("transposed-looking broadcast (33,1,17)", big, Scale{-2.5}, operand<float>({33, 1, 17}));
+  check_map<int64_t>("int32 (1025,1) with int64 (33,1025,17)", big, Combine{}, operand<int32_t>({1025, 1}),
+                     operand<int64_t>(big));
+  check_map<uint8_t>("comparison (1,1,17) < (33,1025,1)", big, Less{}, operand<float>({1, 1, 17}),
+                     operand<double>({33, 1025, 1}));
+  check_map<float>("size-1 output dimensions (4,1,9,1)", {4, 1, 9, 1}, SubMul{}, operand<float>({4, 1, 9, 1}),
+                   operand<float>({9, 1}), operand<float>({4, 1, 1, 1}));
+  check_map<float>("empty output", {3, 0, 5}, SubMul{}, operand<float>({3, 0, 5}), operand<float>({5}),
+                   operand<float>({}));
+}
+
+// ---- reductions ----
+
+std::vector<bool> flags(size_t rank, unsigned mask) {
+  std::vector<bool> f(rank);
+  for (size_t d = 0; d < rank; ++d) f[d] = (mask >> d) & 1u;
+  return f;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<bool>& reduced) {
+  Shape out;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (!reduced[d]) out.push_back(shape[d]);
+  return out;
+}
+
+/// Float sums against a double reference, tolerance 1e-5 of the sum of magnitudes; the same
+/// reduction twice gives the same bits.
+std::string check_sum_float(const Shape& shape, const std::vector<bool>& reduced) {
+  const auto in = random_vector<float>(dax::numel(shape));
+  const int64_t outputs = dax::numel(reduced_shape(shape, reduced));
+  std::vector<double> in_d(in.begin(), in.end()), abs_d(in.size());
+  std::transform(in.begin(), in.end(), abs_d.begin(), [](float x) { return std::abs(double(x)); });
+  std::vector<double> want(outputs, 0.0), magnitude(outputs, 0.0);
+  cpu::reduce_dims(in_d.data(), shape, reduced, want.data(), Sum<double>{});
+  cpu::reduce_dims(abs_d.data(), shape, reduced, magnitude.data(), Sum<double>{});
+  for (auto& m : magnitude) m = 1e-5 * m + 1e-30;
+  const auto d_in = upload(in);
+  const auto out1 = upload(std::vector<float>(outputs, 0.0f));
+  const auto out2 = upload(std::vector<float>(outputs, 0.0f));
+  gpu::reduce_dims(d_in.data(), shape, reduced, out1.data(), Sum<float>{});
+  gpu::reduce_dims(d_in.data(), shape, reduced, out2.data(), Sum<float>{});
+  const auto got = download(out1);
+  const std::string diff = difference(got, want, magnitude);
+  if (!diff.empty()) return diff;
+  const std::string again = difference(download(out2), got);
+  return again.empty() ? "" : "not deterministic: " + again;
+}
+
+template <class T, class Op>
+std::string check_reduce_exact(const Shape& shape, const std::vector<bool>& reduced, Op op, T identity) {
+  const auto in = random_vector<T>(dax::numel(shape));
+  std::vector<T> want(dax::numel(reduced_shape(shape, reduced)), identity);
+  const auto d_in = upload(in);
+  const auto d_out = upload(want);
+  cpu::reduce_dims(in.data(), shape, reduced, want.data(), op);
+  gpu::reduce_dims(d_in.data(), shape, reduced, d_out.data(), op);
+  return difference(download(d_out), want);
+}
+
+void check_reductions(const Shape& shape, const std::vector<bool>& reduced) {
+  std::string dims;
+  for (size_t d = 0; d < reduced.size(); ++d)
+    if (reduced[d]) dims += cat(dims.empty() ? "" : ",", d);
+  const std::string what = cat(dax::to_string(shape), " over {", dims, "}");
+  expect_same("reduce_dims sum<float> " + what, check_sum_float(shape, reduced));
+  expect_same("reduce_dims max<float> " + what,
+              check_reduce_exact<float>(shape, reduced, Max<float>{}, -std::numeric_limits<float>::infinity()));
+  expect_same("reduce_dims sum<int64_t> " + what, check_reduce_exact<int64_t>(shape, reduced, Sum<int64_t>{}, 0));
+}
+
+void test_reduce() {
+  const Shape s{67, 129, 45};
+  for (unsigned mask = 0; mask < 8; ++mask) check_reductions(s, flags(3, mask));
+  // Shapes that split the elements of few outputs into parts, in both kernels.
+  check_reductions({1 << 21}, {true});
+  check_reductions({300007, 3}, {true, false});
+  check_reductions({3, 300007}, {false, true});
+  check_reductions({2, 5000, 70}, {false, true, false});
+  check_reductions({3000, 40}, {false, true});  // short rows: a thread per output
+  check_reductions({3, 4, 5, 6}, {true, false, true, false});
+  check_reductions({5, 1, 7}, {false, true, true});
+  check_reductions({}, {});
+  expect_same("reduce_dims on an empty shape leaves out alone",
+              check_reduce_exact<int64_t>({4, 0, 3}, {false, true, false}, Sum<int64_t>{}, 0));
+}
+
+// ---- permutations ----
+
+template <class T>
+void check_permute(const Shape& shape, const std::vector<int>& perm) {
+  const auto in = random_vector<T>(dax::numel(shape));
+  std::vector<T> want(in.size());
+  cpu::permute(in.data(), shape, perm, want.data());
+  const auto d_in = upload(in);
+  DeviceArray<T> d_out{gpu::allocate(std::max<size_t>(in.size(), 1) * sizeof(T)), in.size()};
+  gpu::permute(d_in.data(), shape, perm, d_out.data());
+  std::string p;
+  for (int x : perm) p += cat(p.empty() ? "" : ",", x);
+  expect_same(cat("permute ", dax::to_string(shape), " by (", p, ")"), difference(download(d_out), want));
+}
+
+void test_permute() {
+  std::vector<int> perm{0, 1, 2};
+  do check_permute<float>({33, 65, 17}, perm);
+  while (std::next_permutation(perm.begin(), perm.end()));
+  check_permute<float>({100, 37}, {1, 0});         // tiled
+  check_permute<double>({37, 100}, {1, 0});        // tiled
+  check_permute<float>({1000, 3}, {1, 0});         // too narrow for tiles
+  check_permute<int64_t>({3, 70, 45}, {0, 2, 1});  // batched tiles
+  check_permute<int32_t>({1, 40, 1, 50}, {3, 2, 1, 0});
+  check_permute<float>({}, {});
+  check_permute<float>({4, 0, 3}, {2, 0, 1});
+  perm = {0, 1, 2, 3};
+  do check_permute<int32_t>({5, 6, 7, 8}, perm);
+  while (std::next_permutation(perm.begin(), perm.end()));
+}
+
+// ---- generate ----
+
+template <class T, class F>
+void check_generate(const Shape& shape, const Box& box, F f) {
+  std::vector<T> want(static_cast<size_t>(dax::numel(box)));
+  dax::for_each_in_box(shape, box, [&](int64_t k, int64_t flat) { want[k] = f(static_cast<uint64_t>(flat)); });
+  DeviceArray<T> d{gpu::allocate(std::max<size_t>(want.size(), 1) * sizeof(T)), want.size()};
+  gpu::generate(d.data(), shape, box, f);
+  expect_same(cat("generate ", dax::to_string(box), " of ", dax::to_string(shape), " (bit-identical)"),
+              difference(download(d), want));
+}
+
+void test_generate() {
+  const PhiloxBits bits{0x12345678u, 0x9abcdef0u};
+  const Shape s{13, 17, 19};
+  check_generate<uint32_t>(s, {{2, 11}, {0, 17}, {5, 19}}, bits);
+  check_generate<float>(s, dax::full_box(s), PhiloxUniform{bits});
+  check_generate<float>(s, {{12, 13}, {3, 4}, {0, 19}}, PhiloxUniform{bits});
+  check_generate<uint32_t>({1000003}, {{1000, 1000003}}, bits);
+  check_generate<float>({}, {}, PhiloxUniform{bits});
+  check_generate<float>(s, {{2, 2}, {0, 17}, {0, 19}}, PhiloxUniform{bits});
+}
+
+// ---- GEMM ----
+
+/// c = a @ b on both sides; floating types compared with |gpu - cpu| <= rel * k * max(1, |cpu|).
+template <class T>
+void check_gemm(const Shape& a_shape, const Shape& b_shape, const Shape& c_shape, double rel) {
+  const auto a = random_vector<T>(dax::numel(a_shape)), b = random_vector<T>(dax::numel(b_shape));
+  auto want = random_vector<T>(dax::numel(c_shape));  // garbage, overwritten by both
+  const auto d_a = upload(a), d_b = upload(b), d_c = upload(want);
+  const int64_t k = a_shape.back();
+  const std::string what =
+      cat("batched_gemm<", type_name<T>(), "> ", dax::to_string(a_shape), " @ ", dax::to_string(b_shape),
+          dax::detail::matmul_precision() == dax::MatmulPrecision::high ? " (TF32)" : "");
+  gpu::batched_gemm(d_a.data(), a_shape, d_b.data(), b_shape, d_c.data(), c_shape);
+  const auto got = download(d_c);
+  if constexpr (std::is_integral_v<T>) {
+    cpu::batched_gemm(a.data(), a_shape, b.data(), b_shape, want.data(), c_shape);
+    expect_same(what, difference(got, want));
+  } else {
+    // 16-bit types: the reference multiplies the same values in float.
+    using Ref = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    std::vector<Ref> ra(a.size()), rb(b.size()), rc(want.size());
+    for (size_t i = 0; i < a.size(); ++i) ra[i] = static_cast<Ref>(to_double(a[i]));
+    for (size_t i = 0; i < b.size(); ++i) rb[i] = static_cast<Ref>(to_double(b[i]));
+    cpu::batched_gemm(ra.data(), a_shape, rb.data(), b_shape, rc.data(), c_shape);
+    std::vector<double> ref(rc.begin(), rc.end()), tol(rc.size());
+    for (size_t i = 0; i < rc.size(); ++i) tol[i] = rel * std::max<double>(k, 1) * std::max(1.0, std::abs(ref[i]));
+    expect_same(what, difference(got, ref, tol));
+  }
+}
+
+template <class T>
+void test_gemm(double rel) {
+  const int64_t m = 37, k = 53, n = 29;
+  check_gemm<T>({m, k}, {k, n}, {m, n}, rel);
+  check_gemm<T>({1, 1}, {1, 1}, {1, 1}, rel);
+  check_gemm<T>({4, m, k}, {4, k, n}, {4, m, n}, rel);        // equal batches: one strided call
+  check_gemm<T>({4, m, k}, {k, n}, {4, m, n}, rel);           // b broadcast (stride 0)
+  check_gemm<T>({m, k}, {3, k, n}, {3, m, n}, rel);           // a broadcast
+  check_gemm<T>({3, 1, m, k}, {4, k, n}, {3, 4, m, n}, rel);  // both broadcast: host loop
+  check_gemm<T>({2, 1, 3, m, k}, {2, 5, 1, k, n}, {2, 5, 3, m, n}, rel);
+  check_gemm<T>({64, 128}, {128, 96}, {64, 96}, rel);
+  check_gemm<T>({m, 0}, {0, n}, {m, n}, rel);           // k == 0: zeros
+  check_gemm<T>({2, 0, k}, {2, k, n}, {2, 0, n}, rel);  // m == 0: nothing
+}
+
+}  // namespace
+
+int main() {
+  if (gpu::visible_gpus() == 0) {
+    std::printf("SKIPPED: no CUDA device visible; the CUDA kernel tests need a GPU\n");
+    return 77;
+  }
+  try {
+    gpu::context().init(0);
+  } catch (const std::exception& e) {
+    std::printf("FAIL device setup: %s\n", e.what());
+    return 1;
+  }
+  std::printf("GPU %d of %d\n", gpu::context().device(), gpu::visible_gpus());
+
+  run("memory", test_memory);
+  run("copy_region<float>", [] { test_copy<float>(); });
+  run("copy_region<double>", [] { test_copy<double>(); });
+  run("copy_region<int32_t>", [] { test_copy<int32_t>(); });
+  run("copy_region<half>", [] { test_copy<Eigen::half>(); });
+  run("copy_region edges and fill", test_copy_edges);
+  run("broadcast_map", test_elementwise);
+  run("reduce_dims", test_reduce);
+  run("permute", test_permute);
+  run("generate", test_generate);
+  run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });
+  run("batched_gemm<double>", [] { test_gemm<double>(1e-12); });
+  run("batched_gemm<int32_t>", [] { test_gemm<int32_t>(0); });
+  run("batched_gemm<int64_t>", [] { test_gemm<int64_t>(0); });
+  run("batched_gemm<half>", [] { test_gemm<Eigen::half>(2e-3); });  // float accumulation, half rounding
+  run("batched_gemm<bfloat16>", [] { test_gemm<Eigen::bfloat16>(1e-2); });
+  run("batched_gemm<float> TF32", [] {
+    dax::set_matmul_precision(dax::MatmulPrecision::high);
+    try {
+      check_gemm<float>({4, 64, 128}, {128, 96}, {4, 64, 96}, 2e-3);
+    } catch (...) {
+      dax::set_matmul_precision(dax::MatmulPrecision::highest);
+      throw;
+    }
+    dax::set_matmul_precision(dax::MatmulPrecision::highest);
+  });
+
+  run("shutdown", [] {
+    gpu::synchronize();
+    gpu::check_cuda(cudaGetLastError(), "cudaGetLastError at the end");
+    gpu::device_allocator()->release_cached();
+    gpu::pinned_allocator()->release_cached();
+    gpu::context().shutdown();
+    gpu::context().shutdown();  // idempotent
+    report(!gpu::context().initialized(), "context shutdown (twice)");
+  });
+
+  if (failures) {
+    std::printf("%d check(s) FAILED\n", failures);
+    return 1;
+  }
+  std::printf("all CUDA kernel checks passed\n");
+  return 0;
+}
