@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   const dax::Shard<float> piece = y.addressable_shards().at(0);
   const dax::Slice r = piece.index[0], c = piece.index[1];
   const Matrix expected = x_host.middleRows(r.start, r.size()) * w_host.middleCols(c.start, c.size());
-  const Eigen::Map<const Matrix> got(piece.data.data(), r.size(), c.size());
+  const std::vector<float> values = piece.data.to_vector();  // a copy on the host (the piece may be on a GPU)
+  const Eigen::Map<const Matrix> got(values.data(), r.size(), c.size());
   const bool piece_ok = got == expected;
   // The layout P('data', 'model') asks for (on a mesh with an axis of 1 the printed spec may leave
   // that axis out; the pieces are the same).

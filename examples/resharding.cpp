@@ -28,10 +28,11 @@ int64_t lower_bound(const dax::Shape& shape, const dax::NamedSharding& from, con
 bool piece_matches(const dax::DistArray<float>& a, const std::vector<float>& host) {
   const auto piece = a.addressable_shards().at(0);
   const dax::Slice rows = piece.index[0], cols = piece.index[1];
+  const std::vector<float> values = piece.data.to_vector();  // on the host, wherever the piece lives
   int64_t k = 0;
   for (int64_t i = rows.start; i < rows.stop; ++i)
     for (int64_t j = cols.start; j < cols.stop; ++j)
-      if (piece.data[k++] != host[i * a.shape()[1] + j]) return false;
+      if (values[k++] != host[i * a.shape()[1] + j]) return false;
   return true;
 }
 

@@ -94,13 +94,13 @@ int main(int argc, char** argv) {
     // Every result is split by rows the same way, so each device compares its own pieces. (Layouts
     // are compared by their pieces: on a 1-device mesh the matmul rule writes P() for P('x').)
     for (const Array& c : results) {
-      const auto mine = c.local_data(), first = results[0].local_data();
+      const auto mine = c.local_to_host(), first = results[0].local_to_host();
       ok = ok && c.sharding().devices_indices_map(c.shape()) == rows.devices_indices_map(c.shape()) &&
            std::equal(mine.begin(), mine.end(), first.begin(), first.end());
     }
     if (n == 256) {  // this device's rows of C against loops on the host
       const dax::Slice r = results[0].local_index()[0];
-      const auto piece = results[0].local_data();
+      const auto piece = results[0].local_to_host();
       for (int64_t i = r.start; i < r.stop; ++i)
         for (int64_t j = 0; j < n; ++j) {
           float s = 0;
