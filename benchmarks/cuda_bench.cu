@@ -1,0 +1,625 @@
+// The CUDA backend next to the raw CUDA libraries, on one GPU, in the same run. Each figure is a
+// ratio of two timings taken by turns on dax's stream (cudaEvents, warm-up first, median over the
+// samples), or a count:
+//   a. per-shard GEMM: dax::matmul on a 1-device mesh (P(): no communication) vs cublasGemmEx on
+//      the same shape, dtype and cuBLAS handle (same settings), on buffers of its own;
+//   b. x + y on 256 MiB float arrays vs a device-to-device cudaMemcpyAsync of the output's bytes,
+//      as effective bandwidths (bytes moved: 3 N*4 for the add, 2 N*4 for the copy);
+//   c. host overhead per eager op: x + y on 8 floats, 10k calls, host wall clock with one
+//      synchronize at the end, next to 10k launches of an empty kernel timed the same way;
+//   d. cudaMalloc calls in the steady state (the caching allocator's system allocations across
+//      every timed loop, after warm-up): must be 0;
+//   e. a 2-layer MLP training step written with dax ops (forward, MSE loss, backward by hand, SGD)
+//      vs its five GEMMs alone through cuBLAS; benchmarks/mlp_torch.py times the same step in
+//      PyTorch (scripts/gpu-check.sh puts the two side by side).
+// Skips (exit 0) without a GPU. One GPU per rank: under mpirun (DAX_TRANSPORT=mpi when ranks share
+// a GPU) every rank measures on a 1-device mesh of its own, and rank 0 prints.
+//   ./cuda_bench [--json FILE] [--samples N] [--warmup N] [--iters N]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dax/dax.hpp>
+
+#if !DAX_CUDA_BACKEND
+#error "cuda_bench measures the CUDA backend: compile it with nvcc and link dax::dax_cuda (DAX_HAS_CUDA)"
+#endif
+
+namespace {
+
+namespace cu = dax::detail::cuda;
+using Clock = std::chrono::steady_clock;
+
+constexpr double gemm_target = 0.97;        // dax / raw cuBLAS, TFLOP/s
+constexpr double bandwidth_target = 0.85;   // add / copy, effective GB/s
+constexpr double overhead_target_us = 5.0;  // host time per eager op
+
+struct Options {
+  std::string json;
+  int samples = 15;
+  int warmup = 3;
+  int iters = 10000;
+};
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--json" && has_value) {
+      o.json = argv[++i];
+    } else if (arg == "--samples" && has_value) {
+      o.samples = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--warmup" && has_value) {
+      o.warmup = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--iters" && has_value) {
+      o.iters = std::max(10, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--json FILE] [--samples N] [--warmup N] [--iters N]\n", argv[0]);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The launcher's rank before MPI starts (Open MPI, MPICH/PMI, Slurm); 0 when launched alone.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s.precision(6);
+  s << v;
+  return s.str();
+}
+
+/// Device memory of the raw side: cudaMalloc'd outside dax's caching allocator.
+class DeviceBlock {
+ public:
+  explicit DeviceBlock(size_t bytes) : bytes_(bytes) { DAX_CUDA_CHECK(cudaMalloc(&ptr_, bytes)); }
+  ~DeviceBlock() { (void)cudaFree(ptr_); }
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
+  float* f() const { return static_cast<float*>(ptr_); }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+__global__ void empty_kernel() {}
+
+/// Values in [-1, 1) from a hash of the index: raw buffers hold data, not zeros (power, clocks).
+__global__ void fill_kernel(float* p, int64_t n, uint32_t seed) {
+  for (int64_t i = cu::grid_first(); i < n; i += cu::grid_step()) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B9u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    p[i] = static_cast<float>(h) * (2.0f / 4294967296.0f) - 1.0f;
+  }
+}
+
+void fill(const DeviceBlock& b, uint32_t seed) {
+  const int64_t n = static_cast<int64_t>(b.bytes() / sizeof(float));
+  fill_kernel<<<cu::grid_blocks(n), cu::block_threads, 0, cu::context().stream()>>>(b.f(), n, seed);
+  cu::check_launch("fill_kernel");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+using Op = std::function<void()>;
+
+/// Calls every op `warmup` times, then returns how many calls of ops[0] make one sample of about
+/// `target_ms` of GPU time (at least 1).
+int warm_up(const std::vector<Op>& ops, int warmup, double target_ms) {
+  for (int i = 0; i < warmup; ++i)
+    for (const Op& op : ops) op();
+  const cudaStream_t s = cu::context().stream();
+  cudaEvent_t start = nullptr, stop = nullptr;
+  DAX_CUDA_CHECK(cudaEventCreate(&start));
+  DAX_CUDA_CHECK(cudaEventCreate(&stop));
+  DAX_CUDA_CHECK(cudaEventRecord(start, s));
+  ops[0]();
+  DAX_CUDA_CHECK(cudaEventRecord(stop, s));
+  DAX_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  DAX_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  DAX_CUDA_CHECK(cudaEventDestroy(start));
+  DAX_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<int>(std::clamp(std::ceil(target_ms / std::max(static_cast<double>(ms), 1e-4)), 1.0, 1000.0));
+}
+
+/// ms per call of each op, median over `samples` rounds; in each round every op gets one sample of
+/// `reps` back-to-back calls between two events on the stream. Nothing waits inside the loop, so
+/// the host runs ahead and the events see GPU time.
+std::vector<double> time_by_turns(const std::vector<Op>& ops, int reps, int samples) {
+  const cudaStream_t s = cu::context().stream();
+  const size_t k = ops.size();
+  std::vector<cudaEvent_t> events(2 * k * samples, nullptr);
+  for (cudaEvent_t& e : events) DAX_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < samples; ++i)
+    for (size_t j = 0; j < k; ++j) {
+      const size_t e = 2 * (i * k + j);
+      DAX_CUDA_CHECK(cudaEventRecord(events[e], s));
+      for (int r = 0; r < reps; ++r) ops[j]();
+      DAX_CUDA_CHECK(cudaEventRecord(events[e + 1], s));
+    }
+  DAX_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<std::vector<double>> ms(k);
+  for (int i = 0; i < samples; ++i)
+    for (size_t j = 0; j < k; ++j) {
+      const size_t e = 2 * (i * k + j);
+      float t = 0;
+      DAX_CUDA_CHECK(cudaEventElapsedTime(&t, events[e], events[e + 1]));
+      ms[j].push_back(static_cast<double>(t) / reps);
+    }
+  for (cudaEvent_t e : events) DAX_CUDA_CHECK(cudaEventDestroy(e));
+  std::vector<double> out;
+  for (auto& v : ms) out.push_back(median(std::move(v)));
+  return out;
+}
+
+/// Host wall-clock ms of `op` with the stream synchronized before and after, median over samples
+/// (the timing PyTorch's side uses: torch.cuda.synchronize around each step).
+double synchronized_wall_ms(const Op& op, int samples) {
+  std::vector<double> ms;
+  for (int i = 0; i < samples; ++i) {
+    cu::synchronize();
+    const auto t0 = Clock::now();
+    op();
+    cu::synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return median(std::move(ms));
+}
+
+/// Largest |got - want| over the largest |want|, both device arrays of `count` floats.
+double relative_difference(const float* got, const float* want, int64_t count) {
+  std::vector<float> g(count), w(count);
+  cu::copy_to_host(g.data(), got, count * sizeof(float));
+  cu::copy_to_host(w.data(), want, count * sizeof(float));
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double d = std::abs(static_cast<double>(g[i]) - w[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+/// cudaMalloc calls made by dax's caching allocator so far.
+int64_t system_allocations() { return cu::device_allocator()->stats().system_allocations; }
+
+/// Row-major C(m, n) = op(A) op(B) through cublasGemmEx in float32 storage, on the dax handle:
+/// the column-major C^T = op(B)^T op(A)^T. `ta`: A is stored (k, m) and used transposed; `tb`: B
+/// is stored (n, k) and used transposed.
+void raw_gemm(const float* a, bool ta, const float* b, bool tb, float* c, int64_t m, int64_t n, int64_t k,
+              cublasComputeType_t compute) {
+  const float alpha = 1, beta = 0;
+  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+  DAX_CUBLAS_CHECK(cublasGemmEx(cu::context().blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                in, im, ik, &alpha, b, CUDA_R_32F, tb ? ik : in, a, CUDA_R_32F, ta ? im : ik, &beta,
+                                c, CUDA_R_32F, in, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+/// What the raw side runs with at `precision`: the same compute type and handle math mode that
+/// dax's GEMM (backend/cuda/gemm.cuh) sets.
+cublasComputeType_t raw_settings(dax::MatmulPrecision precision) {
+  DAX_CUBLAS_CHECK(cublasSetMathMode(cu::context().blas(),
+                                     cu::DeviceContext::math_mode(precision == dax::MatmulPrecision::highest)));
+  return cu::compute_type<float>(precision);
+}
+
+const char* precision_label(dax::MatmulPrecision p) { return p == dax::MatmulPrecision::highest ? "f32" : "f32/tf32"; }
+
+struct Report {
+  bool print = false;
+  std::vector<std::string> json_sections;
+  std::vector<std::pair<std::string, int64_t>> allocations;  // per steady-state loop
+  int targets = 0, met = 0;
+
+  [[gnu::format(printf, 2, 3)]] void line(const char* fmt, ...) {
+    if (!print) return;
+    va_list args;
+    va_start(args, fmt);
+    std::vprintf(fmt, args);
+    va_end(args);
+    std::fflush(stdout);
+  }
+  const char* judge(bool ok) {
+    ++targets;
+    met += ok;
+    return ok ? "ok" : "BELOW TARGET";
+  }
+};
+
+/// Counts the cudaMalloc calls made while it is alive into the report, under `name`.
+class SteadyState {
+ public:
+  SteadyState(Report& r, std::string name) : report_(r), name_(std::move(name)), before_(system_allocations()) {}
+  ~SteadyState() { report_.allocations.emplace_back(name_, system_allocations() - before_); }
+
+ private:
+  Report& report_;
+  std::string name_;
+  int64_t before_;
+};
+
+// ---- a. per-shard GEMM ----
+
+void bench_gemm(const dax::Mesh& mesh, const Options& o, Report& r) {
+  const dax::NamedSharding rep(mesh, dax::P());
+  const int64_t sizes[] = {1024, 4096, 8192};
+  r.line("#\n# a. GEMM C(m,n) = A(m,k) B(k,n), float32 storage: dax::matmul on a 1-device mesh, P() (no communication)\n"
+         "#    vs cublasGemmEx, same handle and settings, own buffers; median of %d samples (cudaEvent)\n"
+         "# dtype        m      n      k    dax(ms)    raw(ms)  dax(TF/s)  raw(TF/s)  dax/raw  max|diff|  target %.2f\n",
+         o.samples, gemm_target);
+  std::string rows;
+  for (const dax::MatmulPrecision precision : {dax::MatmulPrecision::highest, dax::MatmulPrecision::high}) {
+    dax::set_matmul_precision(precision);
+    for (const int64_t s : sizes) {
+      const int64_t m = s, n = s, k = s;
+      const auto a = dax::random::normal<float>(dax::random::key(1), {m, k}, rep);
+      const auto b = dax::random::normal<float>(dax::random::key(2), {k, n}, rep);
+      DeviceBlock ra(m * k * sizeof(float)), rb(k * n * sizeof(float)), rc(m * n * sizeof(float));
+      cu::copy_device(ra.get(), a.local_data().data(), ra.bytes());
+      cu::copy_device(rb.get(), b.local_data().data(), rb.bytes());
+      const cublasComputeType_t compute = raw_settings(precision);
+      const Op ours = [&] { (void)dax::matmul(a, b); };
+      const Op raw = [&] { raw_gemm(ra.f(), false, rb.f(), false, rc.f(), m, n, k, compute); };
+      // The same product on both sides, or the ratio means nothing.
+      const auto c = dax::matmul(a, b);
+      raw();
+      const double diff = relative_difference(c.local_data().data(), rc.f(), m * n);
+      const int reps = warm_up({ours, raw}, o.warmup, 2.0);
+      std::vector<double> ms;
+      {
+        SteadyState steady(r, std::string("gemm ") + precision_label(precision) + " " + std::to_string(s));
+        ms = time_by_turns({ours, raw}, reps, o.samples);
+      }
+      const double flops = 2.0 * m * n * k;
+      const double dax_tf = flops / (ms[0] * 1e-3) / 1e12, raw_tf = flops / (ms[1] * 1e-3) / 1e12;
+      const double ratio = dax_tf / raw_tf;
+      const bool same = diff <= 1e-2;
+      r.line("%-9s %6lld %6lld %6lld %10.4f %10.4f %10.2f %10.2f %8.3f %10.2e  %s\n", precision_label(precision),
+             static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), ms[0], ms[1], dax_tf,
+             raw_tf, ratio, diff, same ? r.judge(ratio >= gemm_target) : "RESULTS DIFFER");
+      if (!same) throw dax::Error("GEMM " + std::to_string(s) + ": dax and cuBLAS results differ (relative " +
+                                  std::to_string(diff) + ")");
+      rows += std::string(rows.empty() ? "" : ", ") + "{\"dtype\": \"float32\", \"precision\": " +
+              json_string(dax::to_string(precision)) + ", \"m\": " + std::to_string(m) + ", \"n\": " +
+              std::to_string(n) + ", \"k\": " + std::to_string(k) + ", \"dax_ms\": " + json_number(ms[0]) +
+              ", \"raw_ms\": " + json_number(ms[1]) + ", \"dax_tflops\": " + json_number(dax_tf) +
+              ", \"raw_tflops\": " + json_number(raw_tf) + ", \"ratio\": " + json_number(ratio) +
+              ", \"max_rel_diff\": " + json_number(diff) + ", \"target\": " + json_number(gemm_target) +
+              ", \"meets_target\": " + (ratio >= gemm_target ? "true" : "false") + "}";
+    }
+  }
+  dax::set_matmul_precision(dax::MatmulPrecision::highest);
+  // bfloat16 rows join when dax stores a 16-bit type (core/dtype.hpp maps no Eigen::bfloat16 yet).
+  const char* bf16 = "not available (no dax::bfloat16 element type yet)";
+  r.line("bf16: %s\n", bf16);
+  r.json_sections.push_back("\"gemm\": [" + rows + "], \"gemm_bf16\": " + json_string(bf16));
+}
+
+// ---- b. elementwise bandwidth ----
+
+void bench_elementwise(const dax::Mesh& mesh, const Options& o, Report& r) {
+  const dax::NamedSharding rep(mesh, dax::P());
+  const int64_t n = (int64_t{256} << 20) / sizeof(float);  // 256 MiB per array
+  const auto x = dax::random::normal<float>(dax::random::key(3), {n}, rep);
+  const auto y = dax::random::normal<float>(dax::random::key(4), {n}, rep);
+  DeviceBlock src(n * sizeof(float)), dst(n * sizeof(float));
+  fill(src, 5);
+  const cudaStream_t stream = cu::context().stream();
+  const Op ours = [&] { (void)(x + y); };
+  const Op raw = [&] {
+    DAX_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), dst.bytes(), cudaMemcpyDeviceToDevice, stream));
+  };
+  {  // the kernel adds what it should (a prefix is enough to catch a wrong launch)
+    const auto z = x + y;
+    const int64_t head = 1 << 16;
+    std::vector<float> hz(head), hx(head), hy(head);
+    cu::copy_to_host(hz.data(), z.local_data().data(), head * sizeof(float));
+    cu::copy_to_host(hx.data(), x.local_data().data(), head * sizeof(float));
+    cu::copy_to_host(hy.data(), y.local_data().data(), head * sizeof(float));
+    for (int64_t i = 0; i < head; ++i)
+      if (hz[i] != hx[i] + hy[i]) throw dax::Error("x + y: element " + std::to_string(i) + " is wrong");
+  }
+  const int reps = warm_up({ours, raw}, o.warmup, 5.0);
+  std::vector<double> ms;
+  {
+    SteadyState steady(r, "add 256 MiB");
+    ms = time_by_turns({ours, raw}, reps, o.samples);
+  }
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  const double add_gbs = 3 * bytes / (ms[0] * 1e-3) / 1e9, copy_gbs = 2 * bytes / (ms[1] * 1e-3) / 1e9;
+  const double ratio = add_gbs / copy_gbs;
+  r.line("#\n# b. elementwise x + y (float32, 256 MiB per array, P() on 1 device) vs cudaMemcpyAsync D2D of the\n"
+         "#    output's 256 MiB; GB/s counting bytes moved (add 3 N*4, copy 2 N*4); median of %d samples\n"
+         "# op           ms      GB/s\n"
+         "add      %8.4f %9.1f\n"
+         "copy     %8.4f %9.1f\n"
+         "add/copy bandwidth ratio %.3f  (target %.2f) %s\n",
+         o.samples, ms[0], add_gbs, ms[1], copy_gbs, ratio, bandwidth_target, r.judge(ratio >= bandwidth_target));
+  r.json_sections.push_back("\"elementwise\": {\"bytes_per_array\": " + json_number(bytes) +
+                            ", \"add_ms\": " + json_number(ms[0]) + ", \"copy_ms\": " + json_number(ms[1]) +
+                            ", \"add_gbps\": " + json_number(add_gbs) + ", \"copy_gbps\": " + json_number(copy_gbs) +
+                            ", \"ratio\": " + json_number(ratio) + ", \"target\": " + json_number(bandwidth_target) +
+                            ", \"meets_target\": " + (ratio >= bandwidth_target ? "true" : "false") + "}");
+}
+
+// ---- c. host overhead per eager op ----
+
+struct HostTiming {
+  double loop_us;   // per call, host loop alone
+  double total_us;  // per call, with the final synchronize
+};
+
+HostTiming host_loop(const Op& op, int iters) {
+  for (int i = 0; i < std::max(1, iters / 10); ++i) op();
+  cu::synchronize();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  const auto t1 = Clock::now();
+  cu::synchronize();
+  const auto t2 = Clock::now();
+  return {std::chrono::duration<double, std::micro>(t1 - t0).count() / iters,
+          std::chrono::duration<double, std::micro>(t2 - t0).count() / iters};
+}
+
+void bench_overhead(const dax::Mesh& mesh, const Options& o, Report& r) {
+  const dax::NamedSharding rep(mesh, dax::P());
+  const auto x = dax::arange<float>({8}, rep), y = dax::ones<float>({8}, rep);
+  const cudaStream_t stream = cu::context().stream();
+  HostTiming ours{}, launch{};
+  {
+    SteadyState steady(r, "add 8 floats");
+    ours = host_loop([&] { (void)(x + y); }, o.iters);
+  }
+  launch = host_loop([&] { empty_kernel<<<1, 1, 0, stream>>>(); }, o.iters);
+  cu::check_launch("empty_kernel");
+  r.line("#\n# c. host overhead per eager op: x + y on 8 floats, %d calls, no synchronize inside the loop, one at the\n"
+         "#    end; host wall clock per call, next to an empty kernel launched the same way\n"
+         "# op              loop(us)    w/ sync(us)\n"
+         "dax x + y        %9.3f %14.3f  (target <= %.1f us) %s\n"
+         "empty kernel     %9.3f %14.3f\n"
+         "dax over a bare launch: %+.3f us per op\n",
+         o.iters, ours.loop_us, ours.total_us, overhead_target_us, r.judge(ours.total_us <= overhead_target_us),
+         launch.loop_us, launch.total_us, ours.total_us - launch.total_us);
+  r.json_sections.push_back("\"host_overhead\": {\"iters\": " + std::to_string(o.iters) +
+                            ", \"dax_add_us\": " + json_number(ours.total_us) +
+                            ", \"dax_add_loop_us\": " + json_number(ours.loop_us) +
+                            ", \"empty_kernel_us\": " + json_number(launch.total_us) +
+                            ", \"empty_kernel_loop_us\": " + json_number(launch.loop_us) +
+                            ", \"target_us\": " + json_number(overhead_target_us) +
+                            ", \"meets_target\": " + (ours.total_us <= overhead_target_us ? "true" : "false") + "}");
+}
+
+// ---- e. MLP training step ----
+
+struct Mlp {
+  int64_t batch = 4096, din = 1024, hidden = 4096;
+  float lr = 0.01f;
+};
+
+struct MlpState {
+  dax::DistArray<float> x, y, w1, w2, zero;
+};
+
+/// The values one step's GEMMs read and wrote, for checking the raw side against them.
+struct MlpTrace {
+  dax::DistArray<float> x, w1, a, w2, dy, dz;  // GEMM inputs
+  dax::DistArray<float> z, out, gw2, da, gw1;  // GEMM outputs
+};
+
+/// One SGD step of y ~ relu(x w1) w2 with the MSE loss, the backward pass written by hand (as in
+/// examples/data_parallel.cpp). Five GEMMs: two forward, three backward.
+void mlp_step(const Mlp& p, MlpState& s, std::optional<MlpTrace>* trace = nullptr) {
+  const auto z = dax::matmul(s.x, s.w1);  // (B, H)
+  const auto a = dax::relu(z);
+  const auto out = dax::matmul(a, s.w2);  // (B, D)
+  const auto err = out - s.y;
+  const auto loss = dax::mean(dax::square(err));
+  const auto dy = err * (2.0f / static_cast<float>(p.batch * p.din));
+  const auto gw2 = dax::matmul(a.T(), dy);    // (H, D)
+  const auto da = dax::matmul(dy, s.w2.T());  // (B, H)
+  const auto dz = dax::where(z > s.zero, da, s.zero);
+  const auto gw1 = dax::matmul(s.x.T(), dz);  // (D, H)
+  if (trace) trace->emplace(MlpTrace{s.x, s.w1, a, s.w2, dy, dz, z, out, gw2, da, gw1});
+  s.w1 = s.w1 - gw1 * p.lr;
+  s.w2 = s.w2 - gw2 * p.lr;
+}
+
+void bench_mlp(const dax::Mesh& mesh, const Options& o, Report& r) {
+  const dax::NamedSharding rep(mesh, dax::P());
+  const Mlp p;
+  const int64_t B = p.batch, D = p.din, H = p.hidden;
+  // Raw side: the step's GEMMs alone, with the transposes folded into cuBLAS (what PyTorch does).
+  DeviceBlock x(B * D * 4), w1(D * H * 4), z(B * H * 4), a(B * H * 4), w2(H * D * 4), out(B * D * 4), dy(B * D * 4),
+      gw2(H * D * 4), da(B * H * 4), dz(B * H * 4), gw1(D * H * 4);
+  const double flops = 5 * 2.0 * B * D * H;
+  r.line("#\n# e. 2-layer MLP step (B=%lld, D=%lld, H=%lld, float32): z = x w1, relu, out = a w2, MSE loss, backward by\n"
+         "#    hand (3 GEMMs), SGD; dax ops vs its 5 GEMMs alone through cublasGemmEx (transposes folded in);\n"
+         "#    event: GPU time by turns, median of %d; wall: host clock, synchronized around each step\n"
+         "# dtype      dax(ms)  gemms(ms)  gemms/dax  dax(TF/s)  dax wall(ms)\n",
+         static_cast<long long>(B), static_cast<long long>(D), static_cast<long long>(H), o.samples);
+  std::string rows;
+  for (const dax::MatmulPrecision precision : {dax::MatmulPrecision::highest, dax::MatmulPrecision::high}) {
+    dax::set_matmul_precision(precision);
+    const cublasComputeType_t compute = raw_settings(precision);
+    MlpState s{dax::random::normal<float>(dax::random::key(7), {B, D}, rep),
+               dax::random::normal<float>(dax::random::key(8), {B, D}, rep),
+               dax::random::normal<float>(dax::random::key(9), {D, H}, rep) * (1.0f / std::sqrt(float(D))),
+               dax::random::normal<float>(dax::random::key(10), {H, D}, rep) * (1.0f / std::sqrt(float(H))),
+               dax::zeros<float>({}, rep)};
+    const Op raw = [&] {
+      raw_gemm(x.f(), false, w1.f(), false, z.f(), B, H, D, compute);     // z = x w1
+      raw_gemm(a.f(), false, w2.f(), false, out.f(), B, D, H, compute);   // out = a w2
+      raw_gemm(a.f(), true, dy.f(), false, gw2.f(), H, D, B, compute);    // gw2 = a^T dy
+      raw_gemm(dy.f(), false, w2.f(), true, da.f(), B, H, D, compute);    // da = dy w2^T
+      raw_gemm(x.f(), true, dz.f(), false, gw1.f(), D, H, B, compute);    // gw1 = x^T dz
+    };
+    {  // one step's GEMM inputs into the raw buffers; the raw GEMMs must give its outputs
+      std::optional<MlpTrace> t;
+      mlp_step(p, s, &t);
+      const std::pair<const DeviceBlock*, const dax::DistArray<float>*> inputs[] = {
+          {&x, &t->x}, {&w1, &t->w1}, {&a, &t->a}, {&w2, &t->w2}, {&dy, &t->dy}, {&dz, &t->dz}};
+      for (const auto& [block, array] : inputs) cu::copy_device(block->get(), array->local_data().data(), block->bytes());
+      raw();
+      const std::pair<const DeviceBlock*, const dax::DistArray<float>*> outputs[] = {
+          {&z, &t->z}, {&out, &t->out}, {&gw2, &t->gw2}, {&da, &t->da}, {&gw1, &t->gw1}};
+      const char* names[] = {"z", "out", "gw2", "da", "gw1"};
+      for (int i = 0; i < 5; ++i) {
+        const auto& [block, array] = outputs[i];
+        const double diff =
+            relative_difference(block->f(), array->local_data().data(), static_cast<int64_t>(block->bytes() / 4));
+        if (!(diff <= 1e-2))
+          throw dax::Error(std::string("MLP: the raw GEMM for ") + names[i] + " differs from dax's (relative " +
+                           std::to_string(diff) + ")");
+      }
+    }
+    const Op ours = [&] { mlp_step(p, s); };
+    (void)warm_up({ours, raw}, o.warmup, 1.0);
+    std::vector<double> ms;
+    double wall = 0;
+    {
+      SteadyState steady(r, std::string("mlp ") + precision_label(precision));
+      ms = time_by_turns({ours, raw}, 1, o.samples);
+      wall = synchronized_wall_ms(ours, o.samples);
+    }
+    const double tf = flops / (ms[0] * 1e-3) / 1e12;
+    r.line("%-9s %10.3f %10.3f %10.3f %10.2f %13.3f\n", precision_label(precision), ms[0], ms[1], ms[1] / ms[0], tf,
+           wall);
+    rows += std::string(rows.empty() ? "" : ", ") + "{\"precision\": " + json_string(dax::to_string(precision)) +
+            ", \"dax_ms\": " + json_number(ms[0]) + ", \"raw_gemms_ms\": " + json_number(ms[1]) +
+            ", \"gemm_share\": " + json_number(ms[1] / ms[0]) + ", \"dax_tflops\": " + json_number(tf) +
+            ", \"dax_wall_ms\": " + json_number(wall) + "}";
+  }
+  dax::set_matmul_precision(dax::MatmulPrecision::highest);
+  r.json_sections.push_back("\"mlp\": {\"batch\": " + std::to_string(B) + ", \"din\": " + std::to_string(D) +
+                            ", \"hidden\": " + std::to_string(H) + ", \"flops_per_step\": " + json_number(flops) +
+                            ", \"rows\": [" + rows + "]}");
+}
+
+// ---- d. steady-state allocations, reported last: every loop above counted its own ----
+
+void report_allocations(Report& r) {
+  int64_t total = 0;
+  std::string rows;
+  r.line("#\n# d. cudaMalloc calls inside the timed loops (dax's caching allocator, system allocations after warm-up)\n"
+         "# loop                 new cudaMalloc\n");
+  for (const auto& [name, count] : r.allocations) {
+    total += count;
+    r.line("%-22s %14lld\n", name.c_str(), static_cast<long long>(count));
+    rows += std::string(rows.empty() ? "" : ", ") + "{\"loop\": " + json_string(name) +
+            ", \"new_system_allocations\": " + std::to_string(count) + "}";
+  }
+  r.line("steady-state cudaMalloc calls: %lld  (target 0) %s\n", static_cast<long long>(total), r.judge(total == 0));
+  const auto stats = cu::device_allocator()->stats();
+  r.json_sections.push_back("\"allocator\": {\"steady_state_system_allocations\": " + std::to_string(total) +
+                            ", \"meets_target\": " + (total == 0 ? "true" : "false") + ", \"loops\": [" + rows +
+                            "], \"system_allocations\": " + std::to_string(stats.system_allocations) +
+                            ", \"requests\": " + std::to_string(stats.requests) + "}");
+}
+
+void write_json(const std::string& path, const std::string& body) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  out << body;
+  if (!out) throw dax::Error("cuda_bench: cannot write " + path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 2;
+  // Before MPI and the runtime: a machine without a GPU skips at once.
+  if (cu::visible_gpus() == 0) {
+    if (launcher_rank() == 0) {
+      std::printf("SKIPPED: no CUDA device visible\n");
+      write_json(o.json, "{\"benchmark\": \"cuda\", \"skipped\": \"no CUDA device visible\"}\n");
+    }
+    return 0;
+  }
+  dax::Runtime rt(argc, argv);
+  Report r;
+  r.print = rt.rank() == 0;
+  if (rt.backend() != dax::Backend::cuda) {
+    r.line("SKIPPED: dax runs on the %s backend (DAX_BACKEND); cuda_bench measures the CUDA backend\n",
+           dax::to_string(rt.backend()).c_str());
+    if (r.print) write_json(o.json, "{\"benchmark\": \"cuda\", \"skipped\": \"not on the CUDA backend\"}\n");
+    return 0;
+  }
+  try {
+    const dax::Mesh mesh({1}, {"x"}, {rt.rank()});  // this rank's GPU alone: nothing to communicate
+    cudaDeviceProp prop{};
+    DAX_CUDA_CHECK(cudaGetDeviceProperties(&prop, cu::context().device()));
+    int runtime_version = 0, driver_version = 0, blas_version = 0;
+    DAX_CUDA_CHECK(cudaRuntimeGetVersion(&runtime_version));
+    DAX_CUDA_CHECK(cudaDriverGetVersion(&driver_version));
+    DAX_CUBLAS_CHECK(cublasGetVersion(cu::context().blas(), &blas_version));
+    r.line("# dax CUDA benchmark: %s (%.0f GiB, sm_%d%d), CUDA runtime %d, driver %d, cuBLAS %d\n"
+           "# %d rank(s), each on a 1-device mesh of its own; rank 0 reports; ratios are dax / raw in this run\n",
+           prop.name, prop.totalGlobalMem / double(1 << 30), prop.major, prop.minor, runtime_version, driver_version,
+           blas_version, rt.size());
+    r.json_sections.push_back("\"benchmark\": \"cuda\", \"device\": " + json_string(prop.name) +
+                              ", \"cuda_runtime\": " + std::to_string(runtime_version) +
+                              ", \"cuda_driver\": " + std::to_string(driver_version) +
+                              ", \"cublas\": " + std::to_string(blas_version) + ", \"ranks\": " +
+                              std::to_string(rt.size()) + ", \"samples\": " + std::to_string(o.samples) +
+                              ", \"warmup\": " + std::to_string(o.warmup));
+    bench_gemm(mesh, o, r);
+    bench_elementwise(mesh, o, r);
+    bench_overhead(mesh, o, r);
+    bench_mlp(mesh, o, r);
+    report_allocations(r);
+    r.line("#\n# targets met: %d of %d\n", r.met, r.targets);
+    r.json_sections.push_back("\"targets\": " + std::to_string(r.targets) + ", \"targets_met\": " + std::to_string(r.met));
+    if (r.print) {
+      std::string body = "{";
+      for (size_t i = 0; i < r.json_sections.size(); ++i) body += (i ? ", " : "") + r.json_sections[i];
+      write_json(o.json, body + "}\n");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench (rank %d): %s\n", rt.rank(), e.what());
+    return 1;
+  }
+  return 0;
+}
