@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,9 +45,13 @@ class Runtime {
     groups_.clear();
 #if DAX_CUDA_BACKEND
     if (backend_ == Backend::cuda) {  // device memory and the stream go before the context does
-      detail::cuda::device_allocator()->release_cached();
-      detail::cuda::pinned_allocator()->release_cached();
-      detail::cuda::context().shutdown();
+      try {
+        detail::cuda::device_allocator()->release_cached();
+        detail::cuda::pinned_allocator()->release_cached();
+        detail::cuda::context().shutdown();
+      } catch (const std::exception& e) {  // a destructor must not throw: report a faulted device
+        std::fprintf(stderr, "dax: shutting the CUDA backend down failed: %s\n", e.what());
+      }
     }
 #endif
     detail::active_backend() = Backend::cpu;
