@@ -65,3 +65,33 @@ TEST_CASE("one rank calls another collective: every rank throws", "[divergence]"
                    " called all_reduce of 1 float32 in reshard () float32 P(unreduced={'x'}) -> P()") != std::string::npos);
   CHECK(dax::sum(x).to_host() == std::vector<float>{float(2 * n)});
 }
+
+TEST_CASE("ppermute of another shape on one rank: every member throws, unpaired ones too", "[divergence]") {
+  const int n = dax::test::world_size();
+  if (n < 2 || !checking()) return;
+  const Mesh mesh({n}, {"x"});
+  const auto x = dax::ones<float>({n}, NamedSharding(mesh, P("x")));
+  // Only devices 0 and 1 are paired; the others still take part in the call and learn of the error.
+  const auto shift = [&](int64_t size) {
+    return dax::shard_map(
+        [size](const dax::DistArray<float>&) {
+          return dax::ppermute(dax::ones<float>({size}, dax::local_sharding()), "x", {{0, 1}});
+        },
+        mesh, {P("x")}, P("x"))(x);
+  };
+  const int64_t size = dax::test::world_rank() == 0 ? 2 : 3;
+  const std::string error = error_of([&] { shift(size); });
+  const size_t at = error.find("(call #") + 7;
+  const std::string number = error.substr(at, error.find(' ', at) - at);
+  CHECK(error == "dax: ranks diverged on the group ('x',) (world ranks " + ranks_text(0, n) +
+                     ") (DAX_CHECK_COLLECTIVES=1):\n"
+                     "  world rank 0 called send_recv of 2 float32 in ppermute of (2,) float32 over ('x',) (call #" +
+                     number + " on this group)\n"
+                     "  world rank" + (n > 2 ? "s " : " ") + ranks_text(1, n) +
+                     " called send_recv of 3 float32 in ppermute of (3,) float32 over ('x',) (call #" + number +
+                     " on this group)");
+  // The same call everywhere goes through: device 1 gets device 0's ones, the others zeros.
+  std::vector<float> want(3 * n, 0.0f);
+  if (n > 1) std::fill(want.begin() + 3, want.begin() + 6, 1.0f);
+  CHECK(shift(3).to_host() == want);
+}

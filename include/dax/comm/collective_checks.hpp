@@ -75,7 +75,10 @@ class Watchdog {
   using Describe = std::string (*)(const void*);
   using Expire = void (*)(const std::string&);
 
-  Watchdog(double timeout_s, Expire expire) : timeout_(timeout_s), expire_(expire) {
+  Watchdog(double timeout_s, Expire expire)
+      : timeout_(timeout_s),
+        period_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
+        expire_(expire) {
     thread_ = std::thread([this] { watch(); });
   }
   ~Watchdog() {
@@ -95,7 +98,7 @@ class Watchdog {
     std::lock_guard<std::mutex> lock(mutex_);
     call_ = call;
     describe_ = describe;
-    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
+    deadline_ = Clock::now() + period_;
   }
   void disarm() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -120,6 +123,7 @@ class Watchdog {
   }
 
   double timeout_;
+  Clock::duration period_;  // timeout_ as a clock duration, converted once
   Expire expire_;
   std::mutex mutex_;
   std::condition_variable wake_;

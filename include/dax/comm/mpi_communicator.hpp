@@ -10,6 +10,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -123,11 +124,17 @@ class MpiRegionExchange final : public PreparedExchange {
   std::vector<MPI_Datatype> owned_;
 };
 
-/// Prints the report of a collective that did not finish and ends the whole job.
+/// Prints the report of a collective that did not finish and leaves with exit code 70.
+///
+/// Not MPI_Abort: when several ranks time out together they all call it at once, and Open MPI
+/// 4.1's launcher was seen to hang there for good (ranks gone, mpirun wedged). Leaving without
+/// finalizing ends the job just as surely: the launcher stops every other process when one exits
+/// abnormally, and any rank it does not stop is itself waiting in a collective under its own
+/// watchdog, so it leaves within the same timeout.
 inline void abort_job(const std::string& report) {
   std::fprintf(stderr, "%s\n", report.c_str());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 70);
+  std::_Exit(70);
 }
 
 class MpiCommunicator final : public Communicator {
@@ -211,8 +218,7 @@ class MpiCommunicator final : public Communicator {
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
-    // Point to point: only the pair meets, so there is nothing to compare, but the wait is watched.
-    const Guard guard(*this, "send_recv", count, type, false);
+    const Guard guard(*this, "send_recv", count, type);
     mpi_check(MPI_Sendrecv(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, recv, src < 0 ? 0 : n, t,
                            src < 0 ? MPI_PROC_NULL : src, 0, comm_, MPI_STATUS_IGNORE),
               "MPI_Sendrecv");
@@ -248,7 +254,8 @@ class MpiCommunicator final : public Communicator {
   /// Guards one collective that another transport runs for this group (NCCL, device buffers staged
   /// through host memory) exactly like this communicator's own: compared with the other members'
   /// under DAX_CHECK_COLLECTIVES=1, numbered in the group's sequence and watched while the result
-  /// lives (`compare` false: point to point, watched only). Keep it alive for the call's duration.
+  /// lives (`compare` false: a wait that is not collective over the group, watched only). Keep it
+  /// alive for the call's duration.
   [[nodiscard]] auto guard(const char* kind, int64_t count, DType type, bool compare = true) {
     return Guard(*this, kind, count, type, compare);
   }
@@ -269,7 +276,7 @@ class MpiCommunicator final : public Communicator {
   class Guard {
    public:
     Guard(MpiCommunicator& c, const char* kind, int64_t count, DType type, bool compare = true)
-        // Point-to-point calls involve only a pair: they take no number in the group's sequence.
+        // Calls that are not collective over the group (a local wait) take no number in its sequence.
         : call_{&c, kind, count, type, compare ? ++c.calls_ : c.calls_, current_op_label(), {}} {
       if (compare && collective_checks().fingerprints && c.size_ > 1) c.compare(call_);
       watched_.emplace(c.watchdog_, &call_, &MpiCommunicator::describe_timeout);
@@ -279,10 +286,6 @@ class MpiCommunicator final : public Communicator {
     Call call_;
     std::optional<Watched> watched_;
   };
-
-  static int64_t total(const std::vector<int64_t>& counts) {
-    return std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  }
 
   static std::string what(const Call& call) {
     std::string s = call.count ? cat(call.kind, " of ", call.count, " ", to_string(call.type)) : std::string(call.kind);

@@ -43,9 +43,10 @@ inline std::string mpi_error_text(int code) {
   return std::string(text, length);
 }
 
+/// The MPI communicator MPI-IO opens the group's files on (under a GPU transport too).
 inline MPI_Comm native_comm(Communicator& c) {
-  auto* mpi = dynamic_cast<MpiCommunicator*>(&c);
-  DAX_CHECK(mpi != nullptr, "checkpoint: the mesh's communicator is not an MPI communicator");
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&c.host());
+  DAX_CHECK(mpi != nullptr, "checkpoint: the mesh's communicator has no MPI communicator underneath");
   return mpi->native();
 }
 
@@ -75,6 +76,15 @@ inline std::string agreed_error(Communicator& group, const std::string& mine) {
   std::string text = group.rank() == first ? mine : std::string();
   broadcast(group, text, static_cast<int>(first));
   return text;
+}
+
+/// Decides together (agreed_error) and throws the agreed error on every member, after running
+/// `on_failure` (say, removing a half-written file); returns when no member had an error.
+inline void agree_or_fail(Communicator& group, const std::string& mine, const std::function<void()>& on_failure = {}) {
+  const std::string error = agreed_error(group, mine);
+  if (error.empty()) return;
+  if (on_failure) on_failure();
+  fail(error);
 }
 
 /// The sum of every member's checksum terms, mod 2^64: the two 32-bit halves are summed apart (no
@@ -425,18 +435,15 @@ void save_file(const std::filesystem::path& path, const DistArray<T>& array) {
     std::filesystem::create_directories(dir, ec);
     if (ec) error = cat("save: cannot create the directory ", dir.string(), ": ", ec.message());
   }
-  error = agreed_error(group, error);  // no rank opens before the directory exists
-  DAX_CHECK(error.empty(), error);
+  agree_or_fail(group, error);  // no rank opens before the directory exists
 
   File file;
   const int rc =
       MPI_File_open(native_comm(group), tmp.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, file.out());
   if (rc != MPI_SUCCESS) error = cat("save: cannot create ", tmp, ": ", mpi_error_text(rc));
-  error = agreed_error(group, error);
-  if (!error.empty()) {
+  agree_or_fail(group, error, [&] {
     if (me == 0) std::remove(tmp.c_str());
-    fail(error);
-  }
+  });
   auto step = [&](int code, const char* call) {
     if (code != MPI_SUCCESS && error.empty())
       error = cat("save: writing ", tmp, " failed: ", call, ": ", mpi_error_text(code));
@@ -479,11 +486,9 @@ void save_file(const std::filesystem::path& path, const DistArray<T>& array) {
   }
   step(MPI_File_sync(file.get()), "MPI_File_sync");
   step(file.close(), "MPI_File_close");
-  error = agreed_error(group, error);  // every rank has closed the file: it is complete
-  if (!error.empty()) {
+  agree_or_fail(group, error, [&] {  // every rank has closed the file: it is complete
     if (me == 0) std::remove(tmp.c_str());
-    fail(error);
-  }
+  });
   const uint64_t checksum = sum_over(group, local_sum);
   if (me == 0) {
     const std::string text = sidecar_text({npy::descr_of<T>(), shape, static_cast<int64_t>(header.size()),
@@ -501,8 +506,7 @@ void save_file(const std::filesystem::path& path, const DistArray<T>& array) {
       std::remove(sidecar_tmp.c_str());
     }
   }
-  error = agreed_error(group, error);  // and the renamed file exists when any rank returns
-  DAX_CHECK(error.empty(), error);
+  agree_or_fail(group, error);  // and the renamed file exists when any rank returns
 }
 
 template <class T>
@@ -542,8 +546,7 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
     const int rc =
         MPI_File_open(native_comm(*group), name.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, file.out());
     if (rc != MPI_SUCCESS) error = cat("load: cannot open ", name, ": ", mpi_error_text(rc));
-    error = agreed_error(*group, error);
-    DAX_CHECK(error.empty(), error);
+    agree_or_fail(*group, error);
     auto step = [&](int code, const char* call) {
       if (code != MPI_SUCCESS && error.empty())
         error = cat("load: reading ", name, " failed: ", call, ": ", mpi_error_text(code));
@@ -590,8 +593,7 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
       if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
     }
     step(file.close(), "MPI_File_close");
-    error = agreed_error(*group, error);
-    DAX_CHECK(error.empty(), error);
+    agree_or_fail(*group, error);
   }
   const uint64_t checksum = sum_over(*group, local_sum);
   DAX_CHECK(checksum == v.checksum, "load: ", name, " fails its checksum: its sidecar ", name, ".dax says ",

@@ -62,18 +62,12 @@ inline std::string descr_name(const std::string& descr) {
   return "'" + descr + "'";
 }
 
-/// Python's repr of a shape tuple: (), (5,), (2, 3).
-inline std::string shape_repr(const Shape& shape) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + (shape.size() == 1 ? ",)" : ")");
-}
-
 /// The complete header (preamble, dict, padding, newline) NumPy 1.24 writes for a C-order array:
 /// version 1.0 unless the dict needs more than 65535 bytes, then 2.0; data starts right after it,
 /// at a multiple of 64 bytes.
 inline std::string write_header(const std::string& descr, const Shape& shape) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_repr(shape) + ", }";
+  // dax's shape text is Python's tuple repr: (), (5,), (2, 3).
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + to_string(shape) + ", }";
   if (!shape.empty()) dict.append(growth_axis_digits - std::to_string(shape[0]).size(), ' ');
   const int64_t hlen = static_cast<int64_t>(dict.size()) + 1;  // with the final newline
   const bool v1 = hlen + alignment - (10 + hlen) % alignment <= 65535;

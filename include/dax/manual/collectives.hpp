@@ -224,13 +224,14 @@ DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::v
   auto out = detail::dev::allocate(x.size() * sizeof(T));
   T* o = static_cast<T*>(out->data());
   const int to = dst_of[g.index], from = src_of[g.index];
-  if (to == g.index || (to < 0 && from < 0) || g.size == 1) {  // nothing crosses devices here
-    if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
-    else detail::dev::fill(o, x.size(), T(0));
-  } else {
-    if (from < 0) detail::dev::fill(o, x.size(), T(0));
-    g.comm().send_recv(x.local_data().data(), to, o, from, x.size(), dtype_v<T>);
-    if (from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
+  if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
+  else if (from < 0) detail::dev::fill(o, x.size(), T(0));
+  if (g.size > 1) {
+    // Every member takes part, with -1 where it has no partner on another device, so the call is
+    // numbered and compared across the group like every collective.
+    const int peer_to = to == g.index ? -1 : to, peer_from = from == g.index ? -1 : from;
+    g.comm().send_recv(x.local_data().data(), peer_to, o, peer_from, x.size(), dtype_v<T>);
+    if (peer_from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
   }
   return detail::local_block<T>(g, x.shape(), std::move(out));
 }

@@ -7,13 +7,11 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -132,7 +130,8 @@ class NcclRegionExchange final : public PreparedExchange {
 /// Checks: each call is guarded by the MPI communicator's guard (fingerprints with
 /// DAX_CHECK_COLLECTIVES=1, the watchdog while the host is inside the call). NCCL calls return
 /// once enqueued, so a collective that never completes on the device shows up in the next host
-/// wait (barrier, a copy to the host); `abort()` lets a watchdog free it.
+/// wait (barrier, a copy to the host). The destructor aborts instead of destroying after an
+/// error, since destroying waits for work that may never finish.
 class NcclCommunicator final : public Communicator {
  public:
   /// Collective over the group of `host` (which it keeps). The device must be selected already
@@ -166,11 +165,11 @@ class NcclCommunicator final : public Communicator {
       const auto guard = host_->guard("ncclCommInitRank", 0, DType::int64, false);
       DAX_NCCL_CHECK(ncclCommInitRank(&comm, host_->size(), id, host_->rank()));
     }
-    comm_.store(comm);
+    comm_ = comm;
   }
 
   ~NcclCommunicator() override {
-    ncclComm_t comm = comm_.exchange(nullptr);
+    ncclComm_t comm = comm_;
     if (comm == nullptr) return;
     ncclResult_t state = ncclSuccess;
     const bool broken = failed_ || ncclCommGetAsyncError(comm, &state) != ncclSuccess || state != ncclSuccess;
@@ -186,23 +185,13 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
-  ncclComm_t native() const { return comm_.load(); }
-  /// The group's MPI communicator (host metadata, checks).
-  MpiCommunicator& host() { return *host_; }
-
-  /// Frees the NCCL communicator at once, ending whatever it has in flight on the device (for a
-  /// watchdog; may be called from another thread). Later calls on this communicator throw.
-  void abort() noexcept {
-    ncclComm_t comm = comm_.exchange(nullptr);
-    if (comm != nullptr) ncclCommAbort(comm);
-  }
+  Communicator& host() override { return *host_; }
 
   void all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
                    const std::vector<int64_t>& displs, DType type) override {
-    check_members(counts, "all_gatherv counts");
-    check_members(displs, "all_gatherv displacements");
+    check_per_member(size(), "all_gatherv", counts, displs);
     const auto guard = host_->guard("all_gather", total(counts), type);
-    const ncclComm_t comm = live();
+    const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
     const int64_t item = itemsize(type);
     const int me = rank();
@@ -230,20 +219,18 @@ class NcclCommunicator final : public Communicator {
                    const std::vector<int64_t>& send_displs, void* recv,
                    const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
                    DType type) override {
-    check_members(send_counts, "all_to_allv send counts");
-    check_members(send_displs, "all_to_allv send displacements");
-    check_members(recv_counts, "all_to_allv receive counts");
-    check_members(recv_displs, "all_to_allv receive displacements");
+    check_per_member(size(), "all_to_allv", send_counts, send_displs, recv_counts, recv_displs);
     const int me = rank();
     DAX_CHECK(send_counts[me] == recv_counts[me], "all_to_allv: member ", me, " sends itself ", send_counts[me],
               " elements but receives ", recv_counts[me]);
     const auto guard = host_->guard("all_to_all", 0, type);  // members send different amounts
-    const ncclComm_t comm = live();
+    const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
     const int64_t item = itemsize(type);
     const char* in = static_cast<const char*>(send);
     char* out = static_cast<char*>(recv);
-    copy_on_stream(out + recv_displs[me] * item, in + send_displs[me] * item, recv_counts[me] * item);
+    if (out + recv_displs[me] * item != in + send_displs[me] * item)
+      copy_device(out + recv_displs[me] * item, in + send_displs[me] * item, recv_counts[me] * item);
     Group group(*this);
     for (int j = 0; j < size(); ++j) {
       if (j == me) continue;
@@ -259,9 +246,9 @@ class NcclCommunicator final : public Communicator {
 
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
-    check_members(counts, "reduce_scatter counts");
+    check_per_member(size(), "reduce_scatter", counts);
     const auto guard = host_->guard("reduce_scatter", total(counts), type);
-    const ncclComm_t comm = live();
+    const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
     const ncclRedOp_t o = nccl_op(op);
     const int64_t item = itemsize(type);
@@ -287,7 +274,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
     const auto guard = host_->guard("all_reduce", count, type);
-    const ncclComm_t comm = live();
+    const ncclComm_t comm = comm_;
     if (count == 0) return;
     check(ncclAllReduce(send != nullptr ? send : recv, recv, static_cast<size_t>(count), nccl_type(type),
                         nccl_op(op), comm, stream()),
@@ -297,7 +284,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, int64_t count, DType type, int root) override {
     DAX_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a member of a group of ", size());
     const auto guard = host_->guard("broadcast", count, type);
-    const ncclComm_t comm = live();
+    const ncclComm_t comm = comm_;
     if (count == 0) return;
     check(ncclBroadcast(data, data, static_cast<size_t>(count), nccl_type(type), root, comm, stream()),
           "ncclBroadcast");
@@ -316,14 +303,14 @@ class NcclCommunicator final : public Communicator {
     const int n = size(), me = rank();
     DAX_CHECK(dst >= -1 && dst < n && src >= -1 && src < n, "send_recv: peers ", dst, " and ", src,
               " are not members of a group of ", n, " (or -1)");
-    const auto guard = host_->guard("send_recv", count, type, false);  // point to point: watched only
-    const ncclComm_t comm = live();
+    const auto guard = host_->guard("send_recv", count, type);
+    const ncclComm_t comm = comm_;
     if (count == 0) return;
     const int64_t item = itemsize(type);
     if (dst == me || src == me) {  // a member paired with itself sends to itself only
       DAX_CHECK(dst == me && src == me, "send_recv: member ", me, " sends to ", dst, " but receives from ", src,
                 "; a member that sends to itself must receive from itself");
-      copy_on_stream(recv, send, count * item);
+      if (recv != send) copy_device(recv, send, count * item);
       return;
     }
     const ncclDataType_t t = nccl_type(type);
@@ -346,7 +333,7 @@ class NcclCommunicator final : public Communicator {
     const auto* x = dynamic_cast<const NcclRegionExchange*>(&prepared);
     DAX_CHECK(x != nullptr, "exchange: the prepared exchange was made by another kind of communicator");
     const auto guard = host_->guard("exchange", 0, DType::int64);
-    const ncclComm_t comm = live();
+    const ncclComm_t comm = comm_;
     with_item_type(x->item_bytes, [&](auto word) {
       using Word = decltype(word);
       const Word* in = static_cast<const Word*>(send);
@@ -414,26 +401,6 @@ class NcclCommunicator final : public Communicator {
     nccl_check(code, cat(call, " on the group ", host_->name()).c_str());
   }
 
-  ncclComm_t live() const {
-    const ncclComm_t comm = comm_.load();
-    DAX_CHECK(comm != nullptr, "NCCL communicator of the group ", host_->name(), " was aborted");
-    return comm;
-  }
-
-  void copy_on_stream(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && dst != src)
-      DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream()));
-  }
-
-  void check_members(const std::vector<int64_t>& v, const char* what) const {
-    DAX_CHECK(static_cast<int>(v.size()) == size(), what, ": expected one per member (", size(), "), got ",
-              v.size());
-  }
-
-  static int64_t total(const std::vector<int64_t>& counts) {
-    return std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  }
-
   /// Equal parts laid out in member order, back to back: NCCL's all-gather layout.
   static bool is_block_layout(const std::vector<int64_t>& counts, const std::vector<int64_t>& displs) {
     for (size_t j = 0; j < counts.size(); ++j)
@@ -465,7 +432,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<MpiCommunicator> host_;
-  std::atomic<ncclComm_t> comm_{nullptr};
+  ncclComm_t comm_ = nullptr;
   bool failed_ = false;
 };
 

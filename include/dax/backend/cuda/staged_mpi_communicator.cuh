@@ -61,13 +61,11 @@ class StagedMpiCommunicator final : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  bool passes_device_pointers() const { return direct_; }
-  MpiCommunicator& inner() { return *inner_; }
+  Communicator& host() override { return *inner_; }
 
   void all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
                    const std::vector<int64_t>& displs, DType type) override {
-    check_members(counts, "all_gatherv counts");
-    check_members(displs, "all_gatherv displacements");
+    check_per_member(size(), "all_gatherv", counts, displs);
     if (direct_) {
       wait_for_device();
       inner_->all_gatherv(send, recv, counts, displs, type);
@@ -93,10 +91,7 @@ class StagedMpiCommunicator final : public Communicator {
                    const std::vector<int64_t>& send_displs, void* recv,
                    const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
                    DType type) override {
-    check_members(send_counts, "all_to_allv send counts");
-    check_members(send_displs, "all_to_allv send displacements");
-    check_members(recv_counts, "all_to_allv receive counts");
-    check_members(recv_displs, "all_to_allv receive displacements");
+    check_per_member(size(), "all_to_allv", send_counts, send_displs, recv_counts, recv_displs);
     if (direct_) {
       wait_for_device();
       inner_->all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type);
@@ -116,19 +111,17 @@ class StagedMpiCommunicator final : public Communicator {
 
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
-    check_members(counts, "reduce_scatter counts");
+    check_per_member(size(), "reduce_scatter", counts);
     if (direct_) {
       wait_for_device();
       inner_->reduce_scatter(send, recv, counts, type, op);
       return;
     }
     const int64_t item = itemsize(type);
-    int64_t total = 0;
-    for (int64_t c : counts) total += c;
-    const int64_t mine = counts[rank()] * item;
-    char* send_h = reserve(send_stage_, total * item);
+    const int64_t all = total(counts) * item, mine = counts[rank()] * item;
+    char* send_h = reserve(send_stage_, all);
     char* recv_h = reserve(recv_stage_, mine);
-    to_host(send_h, send, total * item);
+    to_host(send_h, send, all);
     wait_for_device();
     inner_->reduce_scatter(send_h, recv_h, counts, type, op);
     to_device(recv, recv_h, {{0, mine}});
@@ -271,11 +264,6 @@ class StagedMpiCommunicator final : public Communicator {
     for (size_t j = 0; j < counts.size(); ++j)
       if (counts[j] > 0) end = std::max(end, displs[j] + counts[j]);
     return end;
-  }
-
-  void check_members(const std::vector<int64_t>& v, const char* what) const {
-    DAX_CHECK(static_cast<int>(v.size()) == size(), what, ": expected one per member (", size(), "), got ",
-              v.size());
   }
 
   std::unique_ptr<MpiCommunicator> inner_;
