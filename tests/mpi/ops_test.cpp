@@ -356,6 +356,16 @@ TEST_CASE("argmax and argmin along split and unsplit dimensions, first index on 
   }
 }
 
+TEST_CASE("argmax and argmin of a bool array (comparison results)", "[ops][reduction]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  const NamedSharding s(mesh, P("x"));
+  const std::vector<float> v{1, 3, 0, 5, 5, 2};
+  const auto above = dax::device_put(v, {6}, s) > dax::full<float>({6}, 2.5f, s);  // F T F T T F
+  CHECK(host(dax::argmax(above, 0)) == std::vector<int64_t>{1});
+  CHECK(host(dax::argmin(above, 0)) == std::vector<int64_t>{0});
+}
+
 TEST_CASE("explain for elementwise ops and sums", "[ops][explain]") {
   const int n = dax::test::world_size();
   const Mesh mesh({n}, {"x"});

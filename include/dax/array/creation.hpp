@@ -97,8 +97,7 @@ DistArray<T> from_local(std::span<const T> local, const Shape& shape, const Name
               to_string(shape), " under ", to_string(sharding), ", which needs ", sizes[i + 2]);
   }
   auto buffer = detail::dev::allocate(numel(index) * sizeof(T));
-  detail::dev::write_from_host(static_cast<T*>(buffer->data()), numel(index),
-                               [&](T* piece) { std::copy(local.begin(), local.end(), piece); });
+  detail::dev::from_host(buffer->data(), local.data(), local.size_bytes());
   return DistArray<T>(shape, sharding, std::move(buffer));
 }
 

@@ -150,7 +150,7 @@ std::vector<T> gather_to_host(const DistArray<T>& x) {
   DAX_CHECK(x.is_addressable(), "to_host: rank ", Runtime::current().rank(), " is not a device of ",
             to_string(x.sharding().mesh()), " and holds no piece of the array");
   const DistArray<T> whole = reshard(x, NamedSharding(x.sharding().mesh(), P()));
-  return dev::download(whole.local_data().data(), whole.local_size());
+  return whole.local_to_host();
 }
 
 }  // namespace detail

@@ -114,13 +114,6 @@ inline void copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
-/// Waits until the backend's queued work is done (no-op on CPU).
-inline void synchronize() {
-#if DAX_CUDA_BACKEND
-  if (on_gpu()) cuda::synchronize();
-#endif
-}
-
 /// Runs `write(T* host)` to produce `count` elements on the host and puts them at `data` (backend
 /// memory): in place on CPU, through a host buffer and one upload on GPU.
 template <class T, class Write>
@@ -139,18 +132,27 @@ std::shared_ptr<Buffer> upload(const T* values, int64_t count) {
   return buffer;
 }
 
+/// Runs `read(const T* host)` on the `count` elements at `data` (backend memory) as the host sees
+/// them: in place on CPU, through one download on GPU. Returns what `read` returns.
+template <class T, class Read>
+decltype(auto) read_on_host(const T* data, int64_t count, Read&& read) {
+  if (!on_gpu()) return read(data);
+  const auto host = std::make_unique_for_overwrite<T[]>(count);
+  to_host(host.get(), data, count * sizeof(T));
+  return read(static_cast<const T*>(host.get()));
+}
+
 /// `count` elements of a buffer of the backend's memory, as host values.
 template <class T>
 std::vector<T> download(const T* data, int64_t count) {
-  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no contiguous storage
-    std::vector<char> bytes(count);
-    to_host(bytes.data(), data, count);
-    return std::vector<bool>(bytes.begin(), bytes.end());
-  } else {
-    std::vector<T> host(count);
-    to_host(host.data(), data, count * sizeof(T));
-    return host;
+  if constexpr (!std::is_same_v<T, bool>) {  // from the GPU straight into the vector's storage
+    if (on_gpu()) {
+      std::vector<T> host(count);
+      to_host(host.data(), data, count * sizeof(T));
+      return host;
+    }
   }
+  return read_on_host(data, count, [count](const T* host) { return std::vector<T>(host, host + count); });
 }
 
 }  // namespace dax::detail::dev

@@ -138,6 +138,17 @@ inline std::ostream& operator<<(std::ostream& out, const Slice& s) {
 
 namespace detail {
 
+/// Row-major strides of `shape` (in elements).
+inline std::vector<int64_t> row_major_strides(const Shape& shape) {
+  std::vector<int64_t> stride(shape.size());
+  int64_t s = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    stride[d] = s;
+    s *= shape[d];
+  }
+  return stride;
+}
+
 /// Row-major strides of an operand of local shape `shape` read as an operand of the output's local
 /// shape `out` (aligned from the right; stretched and missing dimensions read with stride 0).
 inline std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out) {

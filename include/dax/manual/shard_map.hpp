@@ -52,9 +52,10 @@ void append_record(std::vector<int64_t>& rec, const DistArray<T>& block, bool wi
   for (int i = 0; i < kMaxRecordedRank; ++i) rec.push_back(i < block.ndim() ? block.shape()[i] : -1);
   size_t h = 0x626c6f63;
   if (with_hash) {
-    std::vector<unsigned char> bytes(block.local_data().size_bytes());
-    dev::to_host(bytes.data(), block.local_data().data(), bytes.size());
-    for (unsigned char b : bytes) hash_into(h, b);
+    dev::read_on_host(block.local_data().data(), block.local_size(), [&](const T* data) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(data);
+      for (size_t i = 0; i < block.local_data().size_bytes(); ++i) hash_into(h, bytes[i]);
+    });
   }
   rec.push_back(static_cast<int64_t>(h));
 }

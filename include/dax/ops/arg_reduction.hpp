@@ -53,21 +53,21 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   const int64_t outer = numel(Shape(local.begin(), local.begin() + d));
   const int64_t len = local[d], inner = numel(Shape(local.begin() + d + 1, local.end()));
   const int64_t start = in.local_index()[d].start;
-  // On the host: the piece is downloaded on GPU (argmax/argmin have no kernel of their own yet).
-  const std::vector<T> host = dev::on_gpu() ? dev::download(in.local_data().data(), in.local_size()) : std::vector<T>();
-  const T* data = dev::on_gpu() ? host.data() : in.local_data().data();
-  // Per output element: (value word, global index), index -1 where this piece is empty.
+  // Per output element: (value word, global index), index -1 where this piece is empty. Folded on
+  // the host (argmax/argmin have no kernel of their own yet: a GPU piece is downloaded).
   std::vector<int64_t> mine(2 * outer * inner, -1);
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < inner; ++i) {
-      int64_t best = -1;
-      for (int64_t j = 0; j < len; ++j)
-        if (best < 0 || better(data[(o * len + j) * inner + i], data[(o * len + best) * inner + i])) best = j;
-      if (best >= 0) {
-        mine[2 * (o * inner + i)] = to_word(data[(o * len + best) * inner + i]);
-        mine[2 * (o * inner + i) + 1] = start + best;
+  dev::read_on_host(in.local_data().data(), in.local_size(), [&](const T* data) {
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t best = -1;
+        for (int64_t j = 0; j < len; ++j)
+          if (best < 0 || better(data[(o * len + j) * inner + i], data[(o * len + best) * inner + i])) best = j;
+        if (best >= 0) {
+          mine[2 * (o * inner + i)] = to_word(data[(o * len + best) * inner + i]);
+          mine[2 * (o * inner + i) + 1] = start + best;
+        }
       }
-    }
+  });
   std::vector<int64_t> all = mine;
   int members = 1;
   if (!rule.axes.empty()) {
@@ -77,20 +77,21 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
     comm_stats().record("all_gather", axes_text(rule.partial.mesh(), rule.axes),
                         int64_t(mine.size() * sizeof(int64_t)) * (members - 1));
   }
-  std::vector<int64_t> out(outer * inner);
+  auto buffer = dev::allocate(outer * inner * sizeof(int64_t));
   const size_t stride = mine.size();
-  for (int64_t e = 0; e < outer * inner; ++e) {
-    int64_t idx = -1;
-    T val{};
-    for (int m = 0; m < members; ++m) {
-      const int64_t w = all[m * stride + 2 * e], k = all[m * stride + 2 * e + 1];
-      if (k < 0) continue;
-      const T v = from_word<T>(w);
-      if (idx < 0 || better(v, val) || (!better(val, v) && k < idx)) idx = k, val = v;
+  dev::write_from_host(static_cast<int64_t*>(buffer->data()), outer * inner, [&](int64_t* out) {
+    for (int64_t e = 0; e < outer * inner; ++e) {
+      int64_t idx = -1;
+      T val{};
+      for (int m = 0; m < members; ++m) {
+        const int64_t w = all[m * stride + 2 * e], k = all[m * stride + 2 * e + 1];
+        if (k < 0) continue;
+        const T v = from_word<T>(w);
+        if (idx < 0 || better(v, val) || (!better(val, v) && k < idx)) idx = k, val = v;
+      }
+      out[e] = idx;
     }
-    out[e] = idx;
-  }
-  auto buffer = dev::upload(out.data(), static_cast<int64_t>(out.size()));
+  });
   return DistArray<int64_t>(rule.out_shape, rule.partial, std::move(buffer));
 }
 

@@ -47,7 +47,7 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
     strides[d] = by[d] * stride;
     stride *= src[d].size();
   }
-  detail::dev::broadcast_map(static_cast<T*>(buffer->data()), box_shape(piece), {strides}, detail::fn::Identity{},
+  detail::dev::broadcast_map(static_cast<T*>(buffer->data()), box_shape(piece), {std::move(strides)}, detail::fn::Identity{},
                              in.local_data().data() + base);
   return DistArray<T>(shape, s, std::move(buffer));
 }

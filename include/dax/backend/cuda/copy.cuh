@@ -44,22 +44,11 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
                  CopyMode mode = CopyMode::assign) {
   const int64_t count = numel(region);
   if (count == 0) return;
-  const size_t n = region.size();
-  std::vector<int64_t> extent(n);
-  std::array<std::vector<int64_t>, 2> stride{std::vector<int64_t>(n), std::vector<int64_t>(n)};
-  int64_t s = 1, d = 1, src_off = 0, dst_off = 0;
-  for (size_t i = n; i-- > 0;) {
-    stride[0][i] = s;
-    stride[1][i] = d;
-    extent[i] = region[i].size();
-    src_off += (region[i].start - src_block[i].start) * s;
-    dst_off += (region[i].start - dst_block[i].start) * d;
-    s *= src_block[i].size();
-    d *= dst_block[i].size();
-  }
-  const Layout<2> layout = make_layout(coalesce<2>(extent, stride), "copy_region");
-  src += src_off;
-  dst += dst_off;
+  const Layout<2> layout = make_layout(
+      coalesce<2>(box_shape(region), {row_major_strides(box_shape(src_block)), row_major_strides(box_shape(dst_block))}),
+      "copy_region");
+  src += offset_in(src_block, region);
+  dst += offset_in(dst_block, region);
   const bool one_run = layout.rank == 0 || (layout.rank == 1 && layout.stride[0][0] == 1 && layout.stride[1][0] == 1);
   if (mode == CopyMode::assign && one_run) {  // contiguous in both pieces: the copy engine does it
     DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * sizeof(T), cudaMemcpyDeviceToDevice,

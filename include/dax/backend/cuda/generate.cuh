@@ -37,14 +37,8 @@ void generate(T* data, const Shape& shape, const Box& index, F f) {
             shape.size());
   const int64_t count = numel(index);
   if (count == 0) return;
-  const std::vector<int64_t> global = row_major_strides(shape);
-  std::vector<int64_t> extent(shape.size());
-  int64_t base = 0;  // flat index of the box's first element
-  for (size_t d = 0; d < shape.size(); ++d) {
-    extent[d] = index[d].size();
-    base += index[d].start * global[d];
-  }
-  const Layout<1> layout = make_layout(coalesce<1>(extent, {global}), "generate");
+  const int64_t base = offset_in(full_box(shape), index);  // flat index of the box's first element
+  const Layout<1> layout = make_layout(coalesce<1>(box_shape(index), {row_major_strides(shape)}), "generate");
   const cudaStream_t stream = context().stream();
   if (count <= std::numeric_limits<uint32_t>::max())
     generate_kernel<uint32_t><<<grid_blocks(count), block_threads, 0, stream>>>(data, count, layout, base, f);

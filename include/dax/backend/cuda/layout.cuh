@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dax/core/error.hpp>
+#include <dax/core/shape.hpp>
 #include <dax/core/macros.hpp>
 
 namespace dax::detail::cuda {
@@ -89,15 +90,5 @@ DAX_HOST_DEVICE inline void add_offsets(const Layout<N>& layout, Index i, int64_
   }
 }
 
-/// Row-major strides of `shape`.
-inline std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> stride(shape.size());
-  int64_t s = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    stride[d] = s;
-    s *= shape[d];
-  }
-  return stride;
-}
 
 }  // namespace dax::detail::cuda
