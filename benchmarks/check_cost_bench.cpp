@@ -5,25 +5,12 @@
 //   mpirun -np 2 ./check_cost_bench [iterations]
 #include <dax/dax.hpp>
 
+#include "bench_common.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-
-namespace {
-
-template <class F>
-double per_call_us(F&& f, int iters) {
-  for (int i = 0; i < iters / 10; ++i) f();
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) f();
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-  MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return us;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
@@ -34,13 +21,13 @@ int main(int argc, char** argv) {
   const dax::NamedSharding replicated(mesh, dax::P());
   std::vector<float> in(8 * n, 1.0f), out(8 * n);
   volatile float sink = 0;
-  const double sum_us = per_call_us([&] { sink = sink + dax::sum(x).local_data()[0]; }, iters);
-  const double raw_reduce_us = per_call_us([&] {
+  const double sum_us = dax::bench::slowest_rank_per_call_us([&] { sink = sink + dax::sum(x).local_data()[0]; }, iters);
+  const double raw_reduce_us = dax::bench::slowest_rank_per_call_us([&] {
     MPI_Allreduce(in.data(), out.data(), 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     sink = sink + out[0];
   }, iters);
-  const double gather_us = per_call_us([&] { sink = sink + dax::reshard(x, replicated).local_data()[0]; }, iters);
-  const double raw_gather_us = per_call_us([&] {
+  const double gather_us = dax::bench::slowest_rank_per_call_us([&] { sink = sink + dax::reshard(x, replicated).local_data()[0]; }, iters);
+  const double raw_gather_us = dax::bench::slowest_rank_per_call_us([&] {
     MPI_Allgather(in.data(), 8, MPI_FLOAT, out.data(), 8, MPI_FLOAT, MPI_COMM_WORLD);
     sink = sink + out[0];
   }, iters);

@@ -6,6 +6,8 @@
 // Usage: mpirun -np 4 checkpoint_bench [--mib 256] [--iters 3] [--dir DIR] [--json checkpoint_bench.json]
 #include <dax/dax.hpp>
 
+#include "bench_common.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,25 +22,6 @@
 #include <sstream>
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-/// The slowest rank's time for one call.
-double timed(const std::function<void()>& f) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  double t = seconds_since(t0);
-  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void check(bool ok, const std::string& what) {
   if (!ok) {
@@ -93,10 +76,8 @@ int main(int argc, char** argv) {
     else if (flag == "--json") json = argv[i + 1];
   }
   const int n = rt.size(), rank = rt.rank();
-  int64_t rows = 1;
-  while (rows * rows * 4 < mib * 1024 * 1024) rows *= 2;
-  const int64_t cols = mib * 1024 * 1024 / 4 / rows;
-  const dax::Shape shape{rows, cols};
+  const dax::Shape shape = dax::bench::square_float_shape(mib);
+  const int64_t rows = shape[0], cols = shape[1];
   const double bytes = double(rows) * double(cols) * 4;
   const dax::NamedSharding sharded(dax::Mesh({n}, {"x"}), dax::P("x"));
   const auto x = dax::make_array_from_callback<float>(shape, sharded, [&](const std::vector<dax::Slice>& index) {
@@ -116,18 +97,18 @@ int main(int argc, char** argv) {
   std::vector<double> save_t, load_t, one_w, own_w, own_r, one_r, sum_t;
   bool correct = true;
   for (int i = 0; i < iters + 1; ++i) {  // the first round warms up
-    const double s = timed([&] { dax::save(dax_path, x); });
-    const double w1 = timed([&] {
+    const double s = dax::bench::slowest_rank_seconds([&] { dax::save(dax_path, x); });
+    const double w1 = dax::bench::slowest_rank_seconds([&] {
       if (rank == 0) write_file(one_path, gathered.data(), gathered.size() * 4);
     });
-    const double wn = timed([&] { write_file(own_path, local.data(), local.size() * 4); });
+    const double wn = dax::bench::slowest_rank_seconds([&] { write_file(own_path, local.data(), local.size() * 4); });
     dax::DistArray<float> y = x;
-    const double l = timed([&] { y = dax::load<float>(dax_path, sharded); });
-    const double rn = timed([&] { read_file(own_path, scratch.data(), scratch.size() * 4); });
-    const double r1 = timed([&] {
+    const double l = dax::bench::slowest_rank_seconds([&] { y = dax::load<float>(dax_path, sharded); });
+    const double rn = dax::bench::slowest_rank_seconds([&] { read_file(own_path, scratch.data(), scratch.size() * 4); });
+    const double r1 = dax::bench::slowest_rank_seconds([&] {
       if (rank == 0) read_file(one_path, whole.data(), whole.size() * 4);
     });
-    const double c = timed([&] {
+    const double c = dax::bench::slowest_rank_seconds([&] {
       volatile uint64_t sink = dax::detail::checkpoint::piece_checksum(local.data(), shape, x.local_index());
       (void)sink;
     });
@@ -140,12 +121,12 @@ int main(int argc, char** argv) {
   MPI_Allreduce(MPI_IN_PLACE, &all_correct, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 
   const std::vector<Row> table{
-      {"save", "one rank writes all", bytes, median(save_t), median(one_w)},
-      {"save", "each rank own file", bytes, median(save_t), median(own_w)},
-      {"load", "one rank reads all", bytes, median(load_t), median(one_r)},
-      {"load", "each rank own file", bytes, median(load_t), median(own_r)},
+      {"save", "one rank writes all", bytes, dax::bench::median(save_t), dax::bench::median(one_w)},
+      {"save", "each rank own file", bytes, dax::bench::median(save_t), dax::bench::median(own_w)},
+      {"load", "one rank reads all", bytes, dax::bench::median(load_t), dax::bench::median(one_r)},
+      {"load", "each rank own file", bytes, dax::bench::median(load_t), dax::bench::median(own_r)},
   };
-  const double checksum_s = median(sum_t);
+  const double checksum_s = dax::bench::median(sum_t);
   if (rank == 0) {
     std::cout << "# dax checkpoint benchmark: float32 " << dax::to_string(shape) << " (" << mib << " MiB) "
               << dax::to_string(sharded.spec()) << " over " << n << " rank" << (n == 1 ? "" : "s") << ", median of "

@@ -3,22 +3,12 @@
 // DTensor spends 16-90 us per op; the goal here is <= 2 us.
 #include <dax/dax.hpp>
 
+#include "bench_common.hpp"
+
 #include <chrono>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-
-namespace {
-
-template <class F>
-double per_call_us(F&& f, int iters) {
-  for (int i = 0; i < iters / 10; ++i) f();  // warm-up: rules and plans cached, buffers pooled
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) f();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
@@ -34,12 +24,12 @@ int main(int argc, char** argv) {
 
   struct Row { const char* op; double dax_us, local_us; };
   std::vector<Row> rows;
-  rows.push_back({"add", per_call_us([&] { auto c = a + b; sink = sink + c.local_data()[0]; }, iters),
-                  per_call_us([&] { Eigen::VectorXf c = ea + eb; sink = sink + c[0]; }, iters)});
-  rows.push_back({"matmul", per_call_us([&] { auto c = dax::matmul(m, n); sink = sink + c.local_data()[0]; }, iters),
-                  per_call_us([&] { Mat c = em * en; sink = sink + c(0, 0); }, iters)});
-  rows.push_back({"sum", per_call_us([&] { auto c = dax::sum(a); sink = sink + c.local_data()[0]; }, iters),
-                  per_call_us([&] { float c = ea.sum(); sink = sink + c; }, iters)});
+  rows.push_back({"add", dax::bench::per_call_us([&] { auto c = a + b; sink = sink + c.local_data()[0]; }, iters),
+                  dax::bench::per_call_us([&] { Eigen::VectorXf c = ea + eb; sink = sink + c[0]; }, iters)});
+  rows.push_back({"matmul", dax::bench::per_call_us([&] { auto c = dax::matmul(m, n); sink = sink + c.local_data()[0]; }, iters),
+                  dax::bench::per_call_us([&] { Mat c = em * en; sink = sink + c(0, 0); }, iters)});
+  rows.push_back({"sum", dax::bench::per_call_us([&] { auto c = dax::sum(a); sink = sink + c.local_data()[0]; }, iters),
+                  dax::bench::per_call_us([&] { float c = ea.sum(); sink = sink + c; }, iters)});
 
   std::cout << "# dispatch overhead, 8-element arrays, 1-device mesh, " << iters << " calls each\n"
             << "# op        dax(us)  local(us)  overhead(us)\n";

@@ -4,6 +4,8 @@
 // Usage: mpirun -np 4 reshard_bench [--mib 64] [--iters 10] [--json reshard_bench.json]
 #include <dax/dax.hpp>
 
+#include "bench_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -24,23 +26,14 @@ struct Row {
 // machine's load hits both alike.
 std::pair<double, double> time_pair(const std::function<void()>& dax_call, const std::function<void()>& raw_call,
                                     int iters) {
-  auto once = [](const std::function<void()>& f) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return t;
-  };
+  const auto once = dax::bench::slowest_rank_seconds;
   for (int i = 0; i < 2; ++i) once(dax_call), once(raw_call);  // warm-up: plans, caches, pages
   std::vector<double> d, r;
   for (int i = 0; i < iters; ++i) {
     d.push_back(once(dax_call));
     r.push_back(once(raw_call));
   }
-  std::sort(d.begin(), d.end());
-  std::sort(r.begin(), r.end());
-  return {d[d.size() / 2], r[r.size() / 2]};
+  return {dax::bench::median(d), dax::bench::median(r)};
 }
 
 }  // namespace
@@ -57,11 +50,8 @@ int main(int argc, char** argv) {
     else if (flag == "--json") json = argv[i + 1];
   }
   const int n = rt.size();
-  // A square-ish float32 array of `mib` MiB whose rows and columns split evenly n ways.
-  int64_t rows = 1;
-  while (rows * rows * 4 < mib * 1024 * 1024) rows *= 2;
-  const int64_t cols = mib * 1024 * 1024 / 4 / rows;
-  const dax::Shape shape{rows, cols};
+  const dax::Shape shape = dax::bench::square_float_shape(mib);
+  const int64_t rows = shape[0], cols = shape[1];
   const int64_t total = rows * cols, piece = total / n;
   const double bytes = double(total) * 4;
 

@@ -1,17 +1,13 @@
 // The whole library compiled by nvcc, and a first look at the GPU: skips (exit 77) without one.
 // With one, the runtime must pick the CUDA backend and a reshard must come back right.
-#include <cuda_runtime.h>
-
 #include <cstdio>
 
 #include <dax/dax.hpp>
 
+#include "skip_without_gpu.hpp"
+
 int main(int argc, char** argv) {
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    std::printf("SKIPPED: no CUDA device visible; the CUDA tests need a GPU\n");
-    return 77;
-  }
+  const int gpus = dax::test::gpus_or_skip("the CUDA tests");
   dax::Runtime rt(argc, argv);
   if (rt.backend() != dax::Backend::cuda) {
     std::printf("expected the CUDA backend with %d GPU(s) visible, got %s\n", gpus, dax::to_string(rt.backend()).c_str());

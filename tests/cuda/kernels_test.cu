@@ -26,6 +26,8 @@
 #include <dax/core/philox.hpp>
 #include <dax/core/shape.hpp>
 
+#include "skip_without_gpu.hpp"
+
 namespace cpu = dax::detail::cpu;
 namespace gpu = dax::detail::cuda;
 using dax::Box;
@@ -523,10 +525,7 @@ void test_gemm(double rel) {
 }  // namespace
 
 int main() {
-  if (gpu::visible_gpus() == 0) {
-    std::printf("SKIPPED: no CUDA device visible; the CUDA kernel tests need a GPU\n");
-    return 77;
-  }
+  dax::test::gpus_or_skip("the CUDA kernel tests");
   try {
     gpu::context().init(0);
   } catch (const std::exception& e) {

@@ -18,6 +18,8 @@
 #include <dax/backend/cuda/memory.cuh>
 #include <dax/backend/cuda/transport.cuh>
 
+#include "skip_without_gpu.hpp"
+
 namespace {
 
 using dax::Box;
@@ -433,11 +435,7 @@ int run(int gpus, int local_rank, int local_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    std::printf("SKIPPED: no CUDA device visible; the transport tests need a GPU\n");
-    return 77;
-  }
+  const int gpus = dax::test::gpus_or_skip("the transport tests");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

@@ -17,11 +17,10 @@ using dax::NamedSharding;
 using dax::P;
 using dax::Shape;
 using dax::test::error_of;
+using dax::test::world_rank;
+using dax::test::world_size;
 
 namespace {
-
-int world_rank() { return dax::test::world_rank(); }
-int world_size() { return dax::test::world_size(); }
 
 void world_barrier() { MPI_Barrier(MPI_COMM_WORLD); }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <dax/dax.hpp>
+#include "../common/error_of.hpp"
 #include "../common/meshes.hpp"
 
 namespace dax::test {
@@ -58,17 +59,6 @@ std::vector<T> slice_of(const std::vector<T>& global, const Shape& shape, const 
 template <class T>
 auto host(const dax::DistArray<T>& x) {
   return x.is_addressable() ? x.to_host() : decltype(x.to_host()){};
-}
-
-/// Runs `f` and returns the dax::Error message it threw ("(no error)" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dax::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace dax::test

@@ -11,6 +11,7 @@
 #include <dax/io/sidecar.hpp>
 #include <dax/sharding/build.hpp>
 
+#include "../common/error_of.hpp"
 #include "../common/meshes.hpp"
 
 namespace npy = dax::detail::npy;
@@ -32,21 +33,11 @@ std::string numpy_header(const std::string& dict, size_t total = 128) {
 }
 
 std::string error_of(const std::string& bytes) {
-  try {
-    npy::parse_header(bytes);
-  } catch (const dax::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return dax::test::error_of([&] { npy::parse_header(bytes); });
 }
 
 std::string sidecar_error_of(const std::string& text) {
-  try {
-    ck::parse_sidecar(text);
-  } catch (const dax::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return dax::test::error_of([&] { ck::parse_sidecar(text); });
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <set>
 
 #include <dax/sharding/named_sharding.hpp>
+
+#include "../common/error_of.hpp"
 #include "../common/meshes.hpp"
 
 using dax::Box;
@@ -10,19 +12,7 @@ using dax::Mesh;
 using dax::NamedSharding;
 using dax::P;
 using dax::Shape;
-
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const dax::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using dax::test::error_of;
 
 TEST_CASE("text formats follow JAX", "[sharding]") {
   const Mesh mesh({4, 2}, {"data", "model"});

@@ -1,0 +1,14 @@
+# dax_add_header_check(<target> <link target> <extension> <header>...): an object library that
+# compiles each header alone (twice, so include guards are checked too), from a generated source
+# file with the given extension (cpp for g++, cu for nvcc).
+function(dax_add_header_check target link ext)
+  set(sources)
+  foreach(header IN LISTS ARGN)
+    string(MAKE_C_IDENTIFIER ${header} id)
+    set(src ${CMAKE_CURRENT_BINARY_DIR}/self_contained/${id}.${ext})
+    file(GENERATE OUTPUT ${src} CONTENT "#include <${header}>\n#include <${header}>\n")
+    list(APPEND sources ${src})
+  endforeach()
+  add_library(${target} OBJECT ${sources})
+  target_link_libraries(${target} PRIVATE ${link})
+endfunction()
