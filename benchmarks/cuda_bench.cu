@@ -208,16 +208,18 @@ double synchronized_wall_ms(const Op& op, int samples) {
   return median(std::move(ms));
 }
 
-/// Largest |got - want| over the largest |want|, both device arrays of `count` floats.
-double relative_difference(const float* got, const float* want, int64_t count) {
-  std::vector<float> g(count), w(count);
-  cu::copy_to_host(g.data(), got, count * sizeof(float));
-  cu::copy_to_host(w.data(), want, count * sizeof(float));
+/// Largest |got - want| over the largest |want|, both device arrays of `count` elements.
+template <class T>
+double relative_difference(const T* got, const T* want, int64_t count) {
+  std::vector<T> g(count), w(count);
+  cu::copy_to_host(g.data(), got, count * sizeof(T));
+  cu::copy_to_host(w.data(), want, count * sizeof(T));
   double diff = 0, scale = 0;
   for (int64_t i = 0; i < count; ++i) {
-    const double d = std::abs(static_cast<double>(g[i]) - w[i]);
+    const double gi = static_cast<float>(g[i]), wi = static_cast<float>(w[i]);
+    const double d = std::abs(gi - wi);
     diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+    scale = std::max(scale, std::abs(wi));
   }
   return scale > 0 ? diff / scale : diff;
 }
@@ -225,27 +227,35 @@ double relative_difference(const float* got, const float* want, int64_t count) {
 /// cudaMalloc calls made by dax's caching allocator so far.
 int64_t system_allocations() { return cu::device_allocator()->stats().system_allocations; }
 
-/// Row-major C(m, n) = op(A) op(B) through cublasGemmEx in float32 storage, on the dax handle:
-/// the column-major C^T = op(B)^T op(A)^T. `ta`: A is stored (k, m) and used transposed; `tb`: B
-/// is stored (n, k) and used transposed.
-void raw_gemm(const float* a, bool ta, const float* b, bool tb, float* c, int64_t m, int64_t n, int64_t k,
+/// Row-major C(m, n) = op(A) op(B) through cublasGemmEx in T storage (float accumulation for the
+/// 16-bit types, as dax), on the dax handle: the column-major C^T = op(B)^T op(A)^T. `ta`: A is
+/// stored (k, m) and used transposed; `tb`: B is stored (n, k) and used transposed.
+template <class T = float>
+void raw_gemm(const T* a, bool ta, const T* b, bool tb, T* c, int64_t m, int64_t n, int64_t k,
               cublasComputeType_t compute) {
-  const float alpha = 1, beta = 0;
+  using Scalar = typename cu::BlasType<T>::Scalar;
+  constexpr cudaDataType_t type = cu::BlasType<T>::data;
+  const Scalar alpha = 1, beta = 0;
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
   DAX_CUBLAS_CHECK(cublasGemmEx(cu::context().blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                in, im, ik, &alpha, b, CUDA_R_32F, tb ? ik : in, a, CUDA_R_32F, ta ? im : ik, &beta,
-                                c, CUDA_R_32F, in, compute, CUBLAS_GEMM_DEFAULT));
+                                in, im, ik, &alpha, b, type, tb ? ik : in, a, type, ta ? im : ik, &beta, c, type, in,
+                                compute, CUBLAS_GEMM_DEFAULT));
 }
 
 /// What the raw side runs with at `precision`: the same compute type and handle math mode that
 /// dax's GEMM (backend/cuda/gemm.cuh) sets.
+template <class T = float>
 cublasComputeType_t raw_settings(dax::MatmulPrecision precision) {
   DAX_CUBLAS_CHECK(cublasSetMathMode(cu::context().blas(),
                                      cu::DeviceContext::math_mode(precision == dax::MatmulPrecision::highest)));
-  return cu::compute_type<float>(precision);
+  return cu::compute_type<T>(precision);
 }
 
-const char* precision_label(dax::MatmulPrecision p) { return p == dax::MatmulPrecision::highest ? "f32" : "f32/tf32"; }
+template <class T>
+const char* gemm_label(dax::MatmulPrecision p) {
+  if constexpr (std::is_same_v<T, dax::bfloat16>) return "bf16";
+  return p == dax::MatmulPrecision::highest ? "f32" : "f32/tf32";
+}
 
 struct Report {
   bool print = false;
@@ -282,59 +292,66 @@ class SteadyState {
 
 // ---- a. per-shard GEMM ----
 
+/// One GEMM row per size at one dtype and precision, appended to `rows` (JSON).
+template <class T>
+void gemm_rows(const dax::NamedSharding& rep, dax::MatmulPrecision precision, const Options& o, Report& r,
+               std::string& rows) {
+  dax::set_matmul_precision(precision);
+  for (const int64_t s : {1024, 4096, 8192}) {
+    const int64_t m = s, n = s, k = s;
+    const auto a = dax::random::normal<T>(dax::random::key(1), {m, k}, rep);
+    const auto b = dax::random::normal<T>(dax::random::key(2), {k, n}, rep);
+    DeviceBlock ra(m * k * sizeof(T)), rb(k * n * sizeof(T)), rc(m * n * sizeof(T));
+    cu::copy_device(ra.get(), a.local_data().data(), ra.bytes());
+    cu::copy_device(rb.get(), b.local_data().data(), rb.bytes());
+    T* const raw_a = static_cast<T*>(ra.get());
+    T* const raw_b = static_cast<T*>(rb.get());
+    T* const raw_c = static_cast<T*>(rc.get());
+    const cublasComputeType_t compute = raw_settings<T>(precision);
+    const Op ours = [&] { (void)dax::matmul(a, b); };
+    const Op raw = [&] { raw_gemm(raw_a, false, raw_b, false, raw_c, m, n, k, compute); };
+    // The same product on both sides, or the ratio means nothing.
+    const auto c = dax::matmul(a, b);
+    raw();
+    const double diff = relative_difference(c.local_data().data(), raw_c, m * n);
+    const int reps = warm_up({ours, raw}, o.warmup, 2.0);
+    std::vector<double> ms;
+    {
+      SteadyState steady(r, std::string("gemm ") + gemm_label<T>(precision) + " " + std::to_string(s));
+      ms = time_by_turns({ours, raw}, reps, o.samples);
+    }
+    const double flops = 2.0 * m * n * k;
+    const double dax_tf = flops / (ms[0] * 1e-3) / 1e12, raw_tf = flops / (ms[1] * 1e-3) / 1e12;
+    const double ratio = dax_tf / raw_tf;
+    const bool same = diff <= 1e-2;
+    r.line("%-9s %6lld %6lld %6lld %10.4f %10.4f %10.2f %10.2f %8.3f %10.2e  %s\n", gemm_label<T>(precision),
+           static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), ms[0], ms[1], dax_tf,
+           raw_tf, ratio, diff, same ? r.judge(ratio >= gemm_target) : "RESULTS DIFFER");
+    if (!same) throw dax::Error("GEMM " + std::to_string(s) + ": dax and cuBLAS results differ (relative " +
+                                std::to_string(diff) + ")");
+    rows += std::string(rows.empty() ? "" : ", ") + "{\"dtype\": " + json_string(dax::to_string(dax::dtype_v<T>)) +
+            ", \"precision\": " + json_string(dax::to_string(precision)) + ", \"m\": " + std::to_string(m) +
+            ", \"n\": " + std::to_string(n) + ", \"k\": " + std::to_string(k) + ", \"dax_ms\": " + json_number(ms[0]) +
+            ", \"raw_ms\": " + json_number(ms[1]) + ", \"dax_tflops\": " + json_number(dax_tf) +
+            ", \"raw_tflops\": " + json_number(raw_tf) + ", \"ratio\": " + json_number(ratio) +
+            ", \"max_rel_diff\": " + json_number(diff) + ", \"target\": " + json_number(gemm_target) +
+            ", \"meets_target\": " + (ratio >= gemm_target ? "true" : "false") + "}";
+  }
+}
+
 void bench_gemm(const dax::Mesh& mesh, const Options& o, Report& r) {
   const dax::NamedSharding rep(mesh, dax::P());
-  const int64_t sizes[] = {1024, 4096, 8192};
-  r.line("#\n# a. GEMM C(m,n) = A(m,k) B(k,n), float32 storage: dax::matmul on a 1-device mesh, P() (no communication)\n"
-         "#    vs cublasGemmEx, same handle and settings, own buffers; median of %d samples (cudaEvent)\n"
+  r.line("#\n# a. GEMM C(m,n) = A(m,k) B(k,n): dax::matmul on a 1-device mesh, P() (no communication) vs\n"
+         "#    cublasGemmEx, same handle and settings, own buffers; bf16 accumulates in f32 on both sides;\n"
+         "#    median of %d samples (cudaEvent)\n"
          "# dtype        m      n      k    dax(ms)    raw(ms)  dax(TF/s)  raw(TF/s)  dax/raw  max|diff|  target %.2f\n",
          o.samples, gemm_target);
   std::string rows;
-  for (const dax::MatmulPrecision precision : {dax::MatmulPrecision::highest, dax::MatmulPrecision::high}) {
-    dax::set_matmul_precision(precision);
-    for (const int64_t s : sizes) {
-      const int64_t m = s, n = s, k = s;
-      const auto a = dax::random::normal<float>(dax::random::key(1), {m, k}, rep);
-      const auto b = dax::random::normal<float>(dax::random::key(2), {k, n}, rep);
-      DeviceBlock ra(m * k * sizeof(float)), rb(k * n * sizeof(float)), rc(m * n * sizeof(float));
-      cu::copy_device(ra.get(), a.local_data().data(), ra.bytes());
-      cu::copy_device(rb.get(), b.local_data().data(), rb.bytes());
-      const cublasComputeType_t compute = raw_settings(precision);
-      const Op ours = [&] { (void)dax::matmul(a, b); };
-      const Op raw = [&] { raw_gemm(ra.f(), false, rb.f(), false, rc.f(), m, n, k, compute); };
-      // The same product on both sides, or the ratio means nothing.
-      const auto c = dax::matmul(a, b);
-      raw();
-      const double diff = relative_difference(c.local_data().data(), rc.f(), m * n);
-      const int reps = warm_up({ours, raw}, o.warmup, 2.0);
-      std::vector<double> ms;
-      {
-        SteadyState steady(r, std::string("gemm ") + precision_label(precision) + " " + std::to_string(s));
-        ms = time_by_turns({ours, raw}, reps, o.samples);
-      }
-      const double flops = 2.0 * m * n * k;
-      const double dax_tf = flops / (ms[0] * 1e-3) / 1e12, raw_tf = flops / (ms[1] * 1e-3) / 1e12;
-      const double ratio = dax_tf / raw_tf;
-      const bool same = diff <= 1e-2;
-      r.line("%-9s %6lld %6lld %6lld %10.4f %10.4f %10.2f %10.2f %8.3f %10.2e  %s\n", precision_label(precision),
-             static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), ms[0], ms[1], dax_tf,
-             raw_tf, ratio, diff, same ? r.judge(ratio >= gemm_target) : "RESULTS DIFFER");
-      if (!same) throw dax::Error("GEMM " + std::to_string(s) + ": dax and cuBLAS results differ (relative " +
-                                  std::to_string(diff) + ")");
-      rows += std::string(rows.empty() ? "" : ", ") + "{\"dtype\": \"float32\", \"precision\": " +
-              json_string(dax::to_string(precision)) + ", \"m\": " + std::to_string(m) + ", \"n\": " +
-              std::to_string(n) + ", \"k\": " + std::to_string(k) + ", \"dax_ms\": " + json_number(ms[0]) +
-              ", \"raw_ms\": " + json_number(ms[1]) + ", \"dax_tflops\": " + json_number(dax_tf) +
-              ", \"raw_tflops\": " + json_number(raw_tf) + ", \"ratio\": " + json_number(ratio) +
-              ", \"max_rel_diff\": " + json_number(diff) + ", \"target\": " + json_number(gemm_target) +
-              ", \"meets_target\": " + (ratio >= gemm_target ? "true" : "false") + "}";
-    }
-  }
+  gemm_rows<float>(rep, dax::MatmulPrecision::highest, o, r, rows);
+  gemm_rows<float>(rep, dax::MatmulPrecision::high, o, r, rows);
+  gemm_rows<dax::bfloat16>(rep, dax::MatmulPrecision::highest, o, r, rows);
   dax::set_matmul_precision(dax::MatmulPrecision::highest);
-  // bfloat16 rows join when dax stores a 16-bit type (core/dtype.hpp maps no Eigen::bfloat16 yet).
-  const char* bf16 = "not available (no dax::bfloat16 element type yet)";
-  r.line("bf16: %s\n", bf16);
-  r.json_sections.push_back("\"gemm\": [" + rows + "], \"gemm_bf16\": " + json_string(bf16));
+  r.json_sections.push_back("\"gemm\": [" + rows + "]");
 }
 
 // ---- b. elementwise bandwidth ----
@@ -519,12 +536,12 @@ void bench_mlp(const dax::Mesh& mesh, const Options& o, Report& r) {
     std::vector<double> ms;
     double wall = 0;
     {
-      SteadyState steady(r, std::string("mlp ") + precision_label(precision));
+      SteadyState steady(r, std::string("mlp ") + gemm_label<float>(precision));
       ms = time_by_turns({ours, raw}, 1, o.samples);
       wall = synchronized_wall_ms(ours, o.samples);
     }
     const double tf = flops / (ms[0] * 1e-3) / 1e12;
-    r.line("%-9s %10.3f %10.3f %10.3f %10.2f %13.3f\n", precision_label(precision), ms[0], ms[1], ms[1] / ms[0], tf,
+    r.line("%-9s %10.3f %10.3f %10.3f %10.2f %13.3f\n", gemm_label<float>(precision), ms[0], ms[1], ms[1] / ms[0], tf,
            wall);
     rows += std::string(rows.empty() ? "" : ", ") + "{\"precision\": " + json_string(dax::to_string(precision)) +
             ", \"dax_ms\": " + json_number(ms[0]) + ", \"raw_gemms_ms\": " + json_number(ms[1]) +

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include <dax/backend/cpu/arg_reduce.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/elementwise.hpp>
 #include <dax/backend/cpu/gemm.hpp>
@@ -25,6 +26,7 @@
 #include <dax/backend/matmul_precision.hpp>
 #include <dax/core/philox.hpp>
 #include <dax/core/shape.hpp>
+#include <dax/ops/functors.hpp>
 
 #include "skip_without_gpu.hpp"
 
@@ -407,7 +409,27 @@ void check_reductions(const Shape& shape, const std::vector<bool>& reduced) {
   expect_same("reduce_dims sum<int64_t> " + what, check_reduce_exact<int64_t>(shape, reduced, Sum<int64_t>{}, 0));
 }
 
+/// 16-bit input folded in float (Acc != In): max exactly as on the CPU, and a sum of ones that
+/// half itself could not hold (2048 + 1 rounds back to 2048).
+void check_reduce_widening(const Shape& shape, const std::vector<bool>& reduced) {
+  const std::string what = cat(dax::to_string(shape), " (half in, float out)");
+  const auto in = random_vector<Eigen::half>(dax::numel(shape));
+  std::vector<float> want(dax::numel(reduced_shape(shape, reduced)), -std::numeric_limits<float>::infinity());
+  const auto d_in = upload(in);
+  const auto d_out = upload(want);
+  cpu::reduce_dims(in.data(), shape, reduced, want.data(), Max<float>{});
+  gpu::reduce_dims(d_in.data(), shape, reduced, d_out.data(), Max<float>{});
+  expect_same("reduce_dims max " + what, difference(download(d_out), want));
+  const std::vector<Eigen::half> ones(5000, Eigen::half(1.0f));
+  const auto d_ones = upload(ones);
+  const auto d_sum = upload(std::vector<float>{0.0f});
+  gpu::reduce_dims(d_ones.data(), Shape{5000}, {true}, d_sum.data(), Sum<float>{});
+  expect_same("reduce_dims sum of 5000 half ones in float", difference(download(d_sum), std::vector<float>{5000.0f}));
+}
+
 void test_reduce() {
+  check_reduce_widening({300, 41}, {false, true});
+  check_reduce_widening({7, 3000}, {true, false});
   const Shape s{67, 129, 45};
   for (unsigned mask = 0; mask < 8; ++mask) check_reductions(s, flags(3, mask));
   // Shapes that split the elements of few outputs into parts, in both kernels.
@@ -421,6 +443,37 @@ void test_reduce() {
   check_reductions({}, {});
   expect_same("reduce_dims on an empty shape leaves out alone",
               check_reduce_exact<int64_t>({4, 0, 3}, {false, true, false}, Sum<int64_t>{}, 0));
+}
+
+// ---- argmax / argmin ----
+
+/// The GPU's winners (index and value per output) equal the CPU's, ties included (values 1..9).
+template <class T, class Better>
+void check_arg_reduce(int64_t outer, int64_t len, int64_t inner, Better better, const char* name) {
+  const auto in = random_vector<T>(outer * len * inner);
+  const int64_t outputs = outer * inner;
+  std::vector<T> want_value(outputs);
+  std::vector<int64_t> want_index(outputs);
+  cpu::arg_reduce(in.data(), outer, len, inner, better, want_value.data(), want_index.data());
+  const auto d_in = upload(in);
+  const auto d_value = upload(std::vector<T>(outputs));
+  const auto d_index = upload(std::vector<int64_t>(outputs));
+  gpu::arg_reduce(d_in.data(), outer, len, inner, better, d_value.data(), d_index.data());
+  const std::string what = cat(name, "<", type_name<T>(), "> (", outer, ", ", len, ", ", inner, ")");
+  expect_same(what + " indices", difference(download(d_index), want_index));
+  expect_same(what + " values", difference(download(d_value), want_value));
+}
+
+void test_arg_reduce() {
+  using dax::detail::fn::Greater;
+  using dax::detail::fn::Less;
+  check_arg_reduce<float>(37, 101, 5, Greater{}, "argmax");
+  check_arg_reduce<float>(1, 100000, 1, Less{}, "argmin");
+  check_arg_reduce<int32_t>(3000, 7, 1, Greater{}, "argmax");
+  check_arg_reduce<int64_t>(1, 9, 4000, Less{}, "argmin");
+  check_arg_reduce<Eigen::half>(64, 33, 3, Greater{}, "argmax");
+  check_arg_reduce<Eigen::bfloat16>(5, 129, 7, Less{}, "argmin");
+  check_arg_reduce<double>(4, 0, 3, Greater{}, "argmax");  // an empty piece: index -1 everywhere
 }
 
 // ---- permutations ----
@@ -542,6 +595,7 @@ int main() {
   run("copy_region edges and fill", test_copy_edges);
   run("broadcast_map", test_elementwise);
   run("reduce_dims", test_reduce);
+  run("arg_reduce", test_arg_reduce);
   run("permute", test_permute);
   run("generate", test_generate);
   run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });

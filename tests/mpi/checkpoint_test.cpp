@@ -109,6 +109,18 @@ TEST_CASE("checkpoints load bit-exact into every sharding of every mesh", "[io][
   round_trips<double>({}, 6, true);
   round_trips<int32_t>({0, 3}, 7, true);
   round_trips<float>({2, 9}, 8, false);
+  round_trips<dax::half>({7, 5}, 9, false);
+  round_trips<dax::bfloat16>({3, 4, 5}, 10, false);
+}
+
+TEST_CASE("16-bit checkpoints: half as NumPy float16, bfloat16 as 2-byte records", "[io][checkpoint][float16]") {
+  Scratch scratch;
+  const Mesh line({world_size()}, {"x"});
+  const auto global = random_bits<dax::bfloat16>(12, 12);
+  dax::save(scratch / "bf.npy", dax::device_put(global, {12}, NamedSharding(line, P("x"))));
+  CHECK(piece_matches(dax::load<dax::bfloat16>(scratch / "bf.npy", NamedSharding(line, P())), global, {12}));
+  CHECK(error_of([&] { dax::load<dax::half>(scratch / "bf.npy", NamedSharding(line, P())); }) ==
+        "load: " + (scratch / "bf.npy") + " holds bfloat16 ('|V2'), not the float16 ('<f2') asked for");
 }
 
 TEST_CASE("unreduced arrays are saved summed and load into unreduced shardings", "[io][checkpoint]") {

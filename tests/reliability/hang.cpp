@@ -2,6 +2,7 @@
 // error within DAX_TIMEOUT_S, never hang.
 //   hang skip  -- rank 1 skips a reshard the others run, and leaves
 //   hang kill  -- rank 1 dies (SIGKILL) while the others wait for it in a collective
+//   hang hook  -- as skip, with an abort hook (what ncclCommAbort is on GPUs) that must run
 #include <dax/dax.hpp>
 
 #include <csignal>
@@ -14,7 +15,11 @@ int main(int argc, char** argv) {
   const dax::Mesh mesh({rt.size()}, {"x"});
   const auto x = dax::ones<float>({4 * rt.size()}, dax::NamedSharding(mesh, dax::P("x")));
   dax::sum(x);  // every rank: the group exists and works
-  if (mode == "skip" && rt.rank() == 1) {
+  if (mode == "hook") {
+    const int rank = rt.rank();
+    dax::detail::abort_hooks().add(&rt, [rank] { std::fprintf(stderr, "rank %d: the abort hook ran\n", rank); });
+  }
+  if ((mode == "skip" || mode == "hook") && rt.rank() == 1) {
     std::fprintf(stderr, "rank 1: skipping the reshard and leaving\n");
     return 0;
   } else if (mode == "kill" && rt.rank() == 1) {

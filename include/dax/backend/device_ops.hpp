@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <dax/backend/buffer.hpp>
+#include <dax/backend/cpu/arg_reduce.hpp>
 #include <dax/backend/copy_mode.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/elementwise.hpp>
@@ -67,10 +68,16 @@ void broadcast_map(Out* out, const Shape& shape, const std::array<std::vector<in
   DAX_DISPATCH(broadcast_map(out, shape, strides, f, in...));
 }
 
-/// out (holding op's identity) folded with `in` along the dimensions flagged in `reduced`.
-template <class T, class Op>
-void reduce_dims(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out, Op op) {
+/// out (holding op's identity) folded with `in` along the dimensions flagged in `reduced`, in Acc.
+template <class In, class Acc, class Op>
+void reduce_dims(const In* in, const Shape& shape, const std::vector<bool>& reduced, Acc* out, Op op) {
   DAX_DISPATCH(reduce_dims(in, shape, reduced, out, op));
+}
+
+/// Per line along the middle dimension of (outer, len, inner): the preferred element and its index.
+template <class T, class Better>
+void arg_reduce(const T* in, int64_t outer, int64_t len, int64_t inner, Better better, T* value, int64_t* index) {
+  DAX_DISPATCH(arg_reduce(in, outer, len, inner, better, value, index));
 }
 
 template <class T>

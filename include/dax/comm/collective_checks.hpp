@@ -1,15 +1,21 @@
 // What guards every collective: the settings (DAX_CHECK_COLLECTIVES, DAX_TIMEOUT_S), the label of
-// the op whose collectives run now (for divergence reports), and the watchdog thread that turns a
-// collective that never finishes into a report and an abort of the job instead of a hang.
+// the op whose collectives run now (for divergence reports), the watchdog thread that turns a
+// collective (or a wait for the GPU) that never finishes into a report and an abort of the job
+// instead of a hang, and the hooks that abort run first (ncclCommAbort).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <dax/core/error.hpp>
 
@@ -94,19 +100,29 @@ class Watchdog {
 
   double timeout_s() const { return timeout_; }
 
-  void arm(const void* call, Describe describe) {
+  using Clock = std::chrono::steady_clock;
+
+  /// What the watchdog watches: a call (null for none), how to describe it, and its deadline.
+  struct Armed {
+    const void* call = nullptr;
+    Describe describe = nullptr;
+    Clock::time_point deadline{};
+  };
+
+  /// Watches `call` from now on; returns what was watched before, for restore().
+  Armed arm(const void* call, Describe describe) {
     std::lock_guard<std::mutex> lock(mutex_);
-    call_ = call;
-    describe_ = describe;
-    deadline_ = Clock::now() + period_;
+    const Armed before = armed_;
+    armed_ = Armed{call, describe, Clock::now() + period_};
+    return before;
   }
-  void disarm() {
+  /// Watches what arm() returned again (a call around a nested wait keeps its own deadline).
+  void restore(const Armed& before) {
     std::lock_guard<std::mutex> lock(mutex_);
-    call_ = nullptr;
+    armed_ = before;
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
 
   void watch() {
     const auto step = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
@@ -114,8 +130,8 @@ class Watchdog {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       wake_.wait_for(lock, step);
-      if (stop_ || call_ == nullptr || Clock::now() < deadline_) continue;
-      const std::string report = describe_(call_);  // the call is still blocked: its data is alive
+      if (stop_ || armed_.call == nullptr || Clock::now() < armed_.deadline) continue;
+      const std::string report = armed_.describe(armed_.call);  // still blocked: its data is alive
       lock.unlock();
       expire_(report);
       return;
@@ -128,26 +144,93 @@ class Watchdog {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
-  const void* call_ = nullptr;
-  Describe describe_ = nullptr;
-  Clock::time_point deadline_{};
+  Armed armed_;
   std::thread thread_;
 };
 
-/// Arms the watchdog (if any) for one call while alive.
+/// Arms the watchdog (if any) for one call while alive, then gives the watch back to whatever it
+/// watched before (the collective around a nested wait for the device).
 class Watched {
  public:
   Watched(Watchdog* dog, const void* call, Watchdog::Describe describe) : dog_(dog) {
-    if (dog_) dog_->arm(call, describe);
+    if (dog_) before_ = dog_->arm(call, describe);
   }
   ~Watched() {
-    if (dog_) dog_->disarm();
+    if (dog_) dog_->restore(before_);
   }
   Watched(const Watched&) = delete;
   Watched& operator=(const Watched&) = delete;
 
  private:
   Watchdog* dog_;
+  Watchdog::Armed before_;
 };
+
+/// The watchdog of the running job (null when DAX_TIMEOUT_S=0 or no runtime is up). Set by the
+/// runtime; read by waits that are not collectives but can hang on one, like a wait for the GPU.
+inline Watchdog*& job_watchdog() {
+  static Watchdog* dog = nullptr;
+  return dog;
+}
+
+/// The collective most recently queued on the device (NCCL returns once a call is queued, so a
+/// hang shows in a later wait for the device, which names it from here). Pointers to strings
+/// that live as long as the communicators.
+struct QueuedCollective {
+  std::atomic<const char*> call{nullptr};
+  std::atomic<const std::string*> group{nullptr};
+  std::atomic<int> world_rank{-1};
+};
+inline QueuedCollective& last_queued_collective() {
+  static QueuedCollective last;
+  return last;
+}
+
+/// Work to do before a timed-out job exits, such as ncclCommAbort, which stops NCCL kernels that
+/// wait for a peer that will never come. Each hook is keyed by its owner, which removes it.
+class AbortHooks {
+ public:
+  void add(const void* key, std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hooks_.emplace_back(key, std::move(hook));
+  }
+  void remove(const void* key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(hooks_, [key](const auto& h) { return h.first == key; });
+  }
+  /// Runs the hooks in order on a thread of their own and waits at most `limit` for them: a hook
+  /// stuck on a broken device must not keep the job from ending. False if they did not finish.
+  bool run(std::chrono::milliseconds limit) {
+    struct State {
+      std::mutex mutex;
+      std::condition_variable done_cv;
+      bool done = false;
+    };
+    auto state = std::make_shared<State>();
+    std::vector<std::pair<const void*, std::function<void()>>> hooks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hooks = hooks_;
+    }
+    if (hooks.empty()) return true;
+    std::thread([state, hooks = std::move(hooks)] {
+      for (const auto& h : hooks) h.second();
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->done = true;
+      state->done_cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(state->mutex);
+    return state->done_cv.wait_for(lock, limit, [&] { return state->done; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<const void*, std::function<void()>>> hooks_;
+};
+
+inline AbortHooks& abort_hooks() {
+  static AbortHooks hooks;
+  return hooks;
+}
 
 }  // namespace dax::detail

@@ -19,18 +19,12 @@
 
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/communicator.hpp>
+#include <dax/comm/mpi_check.hpp>
+#include <dax/comm/mpi_float16.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/hash.hpp>
 
 namespace dax::detail {
-
-inline void mpi_check(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  fail(call, " failed: ", std::string(text, length));
-}
 
 inline MPI_Datatype mpi_type(DType t) {
   switch (t) {
@@ -39,13 +33,14 @@ inline MPI_Datatype mpi_type(DType t) {
     case DType::int32: return MPI_INT32_T;
     case DType::int64: return MPI_INT64_T;
     case DType::boolean: return MPI_C_BOOL;
-    case DType::bfloat16:
-    case DType::float16: break;
+    case DType::bfloat16: return MpiFloat16::get().bfloat16;
+    case DType::float16: return MpiFloat16::get().half;
   }
   fail("MPI transport: no MPI type for ", to_string(t));
 }
 
-inline MPI_Op mpi_op(ReduceOp op) {
+inline MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::float16 || t == DType::bfloat16) return MpiFloat16::get().ops[static_cast<int>(op)];
   switch (op) {
     case ReduceOp::sum: return MPI_SUM;
     case ReduceOp::prod: return MPI_PROD;
@@ -131,9 +126,14 @@ class MpiRegionExchange final : public PreparedExchange {
 /// finalizing ends the job just as surely: the launcher stops every other process when one exits
 /// abnormally, and any rank it does not stop is itself waiting in a collective under its own
 /// watchdog, so it leaves within the same timeout.
+///
+/// The abort hooks run first (ncclCommAbort on GPUs, so NCCL kernels waiting for a lost peer
+/// stop), for at most 10 s: the job ends even if a broken device never lets them return.
 inline void abort_job(const std::string& report) {
   std::fprintf(stderr, "%s\n", report.c_str());
   std::fflush(stderr);
+  if (!abort_hooks().run(std::chrono::seconds(10)))
+    std::fprintf(stderr, "dax: the abort hooks (ncclCommAbort) did not return within 10 s; exiting without them\n");
   std::_Exit(70);
 }
 
@@ -190,18 +190,18 @@ class MpiCommunicator final : public Communicator {
     const Guard guard(*this, "reduce_scatter", total(counts), type);
     // Equal parts take the block variant, which MPI libraries tune better.
     if (std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; })) {
-      mpi_check(MPI_Reduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op), comm_),
+      mpi_check(MPI_Reduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op, type), comm_),
                 "MPI_Reduce_scatter_block");
       return;
     }
-    mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(type), mpi_op(op), comm_),
+    mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(type), mpi_op(op, type), comm_),
               "MPI_Reduce_scatter");
   }
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
     const Guard guard(*this, "all_reduce", count, type);
     mpi_check(MPI_Allreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type),
-                            mpi_op(op), comm_),
+                            mpi_op(op, type), comm_),
               "MPI_Allreduce");
   }
 
@@ -260,6 +260,13 @@ class MpiCommunicator final : public Communicator {
     return Guard(*this, kind, count, type, compare);
   }
 
+  /// "x (world ranks 0, 2)": the group's name and members, for reports.
+  std::string group_text() const {
+    std::string s = name_ + " (world ranks ";
+    for (size_t i = 0; i < world_ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks_[i]);
+    return s + ")";
+  }
+
  private:
   /// One collective as the checks see it.
   struct Call {
@@ -291,12 +298,6 @@ class MpiCommunicator final : public Communicator {
     std::string s = call.count ? cat(call.kind, " of ", call.count, " ", to_string(call.type)) : std::string(call.kind);
     if (call.label) s += " in " + *call.label;
     return s + " (call #" + std::to_string(call.number) + " on this group)";
-  }
-
-  std::string group_text() const {
-    std::string s = name_ + " (world ranks ";
-    for (size_t i = 0; i < world_ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks_[i]);
-    return s + ")";
   }
 
   static std::string describe_timeout(const void* p) {

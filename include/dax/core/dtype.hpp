@@ -5,6 +5,8 @@
 #include <string>
 #include <type_traits>
 
+#include <dax/core/float16.hpp>
+
 namespace dax {
 
 enum class DType { float32, float64, int32, int64, bfloat16, float16, boolean };
@@ -39,6 +41,8 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::floa
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::int32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::int64; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
+template <> struct dtype_of<half> { static constexpr DType value = DType::float16; };
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bfloat16; };
 
 template <class T>
 inline constexpr DType dtype_v = dtype_of<T>::value;

@@ -36,7 +36,7 @@ std::string descr_of() {
     case DType::int64: return std::string(1, order) + "i8";
     case DType::boolean: return "|b1";
     case DType::float16: return std::string(1, order) + "f2";
-    case DType::bfloat16: break;  // NumPy has no bfloat16
+    case DType::bfloat16: return "|V2";  // NumPy has no bfloat16: raw 2-byte records (ml_dtypes views them)
   }
   fail("npy: ", to_string(dtype_v<T>), " has no NumPy descr");
 }
@@ -46,6 +46,7 @@ inline std::string descr_name(const std::string& descr) {
   const bool little = std::endian::native == std::endian::little;
   const char native = little ? '<' : '>', foreign = little ? '>' : '<';
   if (descr == "|b1") return "bool";
+  if (descr == "|V2") return "bfloat16";
   if (descr.size() == 3 && (descr[0] == native || descr[0] == foreign || descr[0] == '=')) {
     const std::string kind = descr.substr(1);
     std::string name;

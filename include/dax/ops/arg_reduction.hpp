@@ -8,6 +8,7 @@
 
 #include <dax/array/reshard.hpp>
 #include <dax/backend/device_ops.hpp>
+#include <dax/ops/functors.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/reduction_rule.hpp>
 #include <dax/ops/shape.hpp>
@@ -18,8 +19,8 @@ namespace detail {
 /// Values travel as 64-bit words: floats widened to double bits, integers as they are.
 template <class T>
 int64_t to_word(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const double d = v;
+  if constexpr (is_floating_v<T>) {
+    const double d = static_cast<double>(static_cast<compute_t<T>>(v));
     int64_t w;
     std::memcpy(&w, &d, sizeof w);
     return w;
@@ -30,7 +31,7 @@ int64_t to_word(T v) {
 
 template <class T>
 T from_word(int64_t w) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_floating_v<T>) {
     double d;
     std::memcpy(&d, &w, sizeof d);
     return static_cast<T>(d);
@@ -53,21 +54,20 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   const int64_t outer = numel(Shape(local.begin(), local.begin() + d));
   const int64_t len = local[d], inner = numel(Shape(local.begin() + d + 1, local.end()));
   const int64_t start = in.local_index()[d].start;
-  // Per output element: (value word, global index), index -1 where this piece is empty. Folded on
-  // the host (argmax/argmin have no kernel of their own yet: a GPU piece is downloaded).
-  std::vector<int64_t> mine(2 * outer * inner, -1);
-  dev::read_on_host(in.local_data().data(), in.local_size(), [&](const T* data) {
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        int64_t best = -1;
-        for (int64_t j = 0; j < len; ++j)
-          if (best < 0 || better(data[(o * len + j) * inner + i], data[(o * len + best) * inner + i])) best = j;
-        if (best >= 0) {
-          mine[2 * (o * inner + i)] = to_word(data[(o * len + best) * inner + i]);
-          mine[2 * (o * inner + i) + 1] = start + best;
-        }
-      }
-  });
+  // Per output element: (value word, global index), index -1 where this piece is empty. Each
+  // backend finds its piece's best on its own memory; only the winners come to the host.
+  const int64_t outputs = outer * inner;
+  const auto values = dev::allocate(outputs * sizeof(T)), indices = dev::allocate(outputs * sizeof(int64_t));
+  dev::arg_reduce(in.local_data().data(), outer, len, inner, better, static_cast<T*>(values->data()),
+                  static_cast<int64_t*>(indices->data()));
+  const std::vector<int64_t> index = dev::download(static_cast<const int64_t*>(indices->data()), outputs);
+  const std::vector<T> value = dev::download(static_cast<const T*>(values->data()), outputs);
+  std::vector<int64_t> mine(2 * outputs, -1);
+  for (int64_t e = 0; e < outputs; ++e)
+    if (index[e] >= 0) {
+      mine[2 * e] = to_word(value[e]);
+      mine[2 * e + 1] = start + index[e];
+    }
   std::vector<int64_t> all = mine;
   int members = 1;
   if (!rule.axes.empty()) {
@@ -100,13 +100,13 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
 /// Index of the largest element along `axis` (the first one on ties).
 template <class T>
 DistArray<int64_t> argmax(const DistArray<T>& x, int axis, bool keepdims = false) {
-  return detail::arg_reduce(x, axis, keepdims, [](T a, T b) { return a > b; }, "argmax");
+  return detail::arg_reduce(x, axis, keepdims, detail::fn::Greater{}, "argmax");
 }
 
 /// Index of the smallest element along `axis` (the first one on ties).
 template <class T>
 DistArray<int64_t> argmin(const DistArray<T>& x, int axis, bool keepdims = false) {
-  return detail::arg_reduce(x, axis, keepdims, [](T a, T b) { return a < b; }, "argmin");
+  return detail::arg_reduce(x, axis, keepdims, detail::fn::Less{}, "argmin");
 }
 
 }  // namespace dax

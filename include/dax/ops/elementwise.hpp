@@ -62,7 +62,7 @@ template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<
 /// Division keeps partial sums only for floating types: integer division does not distribute.
 template <class T>
 inline constexpr detail::Linearity division_linearity =
-    std::is_floating_point_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
+    detail::is_floating_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
 
 template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>& b) {
   return detail::map<T>(division_linearity<T>, detail::fn::Divide{}, a, b);
@@ -112,7 +112,7 @@ DistArray<U> astype(const DistArray<T>& x) {
 
 // ---- with scalars ----
 template <class T, class S>
-concept Scalar = std::is_arithmetic_v<S> && !std::is_same_v<S, bool>;
+concept Scalar = (std::is_arithmetic_v<S> || detail::is_float16_v<S>) && !std::is_same_v<S, bool>;
 
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator+(const DistArray<T>& a, S s) {
@@ -178,7 +178,7 @@ template <class T> DistArray<T> relu(const DistArray<T>& x) {
 
 #define DAX_FLOAT_UNARY(name, Fn)                                      \
   template <class T>                                                   \
-    requires std::is_floating_point_v<T>                               \
+    requires detail::is_floating_v<T>                                  \
   DistArray<T> name(const DistArray<T>& x) {                           \
     return detail::map<T>(detail::Linearity::none, detail::fn::Fn{}, x); \
   }

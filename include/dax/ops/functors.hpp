@@ -1,10 +1,12 @@
 // The elementwise and reduction functions of dax's ops as small function objects. They are
 // DAX_HOST_DEVICE so the same object runs in the CPU loops and in the CUDA kernels, and
 // trivially copyable so a kernel can take it by value. Scalars bind with BindRight / BindLeft.
+// Arithmetic runs in compute_t<T> (float for the 16-bit types), rounded once to the result.
 #pragma once
 
 #include <cmath>
 
+#include <dax/core/float16.hpp>
 #include <dax/core/macros.hpp>
 
 namespace dax::detail::fn {
@@ -12,7 +14,11 @@ namespace dax::detail::fn {
 #define DAX_BINARY_FN(Name, expr)                                      \
   struct Name {                                                        \
     template <class T>                                                 \
-    DAX_HOST_DEVICE T operator()(T x, T y) const { return T(expr); }  \
+    DAX_HOST_DEVICE T operator()(T a, T b) const {                     \
+      using C = compute_t<T>;                                          \
+      const C x = static_cast<C>(a), y = static_cast<C>(b);            \
+      return static_cast<T>(expr);                                     \
+    }                                                                  \
   };
 DAX_BINARY_FN(Add, x + y)
 DAX_BINARY_FN(Subtract, x - y)
@@ -26,7 +32,9 @@ DAX_BINARY_FN(Minimum, x < y ? x : y)
 #define DAX_COMPARE_FN(Name, op)                                          \
   struct Name {                                                           \
     template <class T>                                                    \
-    DAX_HOST_DEVICE bool operator()(T x, T y) const { return x op y; }   \
+    DAX_HOST_DEVICE bool operator()(T x, T y) const {                     \
+      return static_cast<compute_t<T>>(x) op static_cast<compute_t<T>>(y); \
+    }                                                                     \
   };
 DAX_COMPARE_FN(Equal, ==)
 DAX_COMPARE_FN(NotEqual, !=)
@@ -39,23 +47,27 @@ DAX_COMPARE_FN(GreaterEqual, >=)
 #define DAX_UNARY_FN(Name, expr)                                  \
   struct Name {                                                   \
     template <class T>                                            \
-    DAX_HOST_DEVICE T operator()(T v) const { return T(expr); }  \
+    DAX_HOST_DEVICE T operator()(T value) const {                 \
+      using C = compute_t<T>;                                     \
+      const C v = static_cast<C>(value);                          \
+      return static_cast<T>(expr);                                \
+    }                                                             \
   };
 DAX_UNARY_FN(Identity, v)
 DAX_UNARY_FN(Negate, -v)
-DAX_UNARY_FN(Abs, v < T(0) ? T(-v) : v)
+DAX_UNARY_FN(Abs, v < C(0) ? C(-v) : v)
 DAX_UNARY_FN(Square, v * v)
-DAX_UNARY_FN(Relu, v > T(0) ? v : T(0))
+DAX_UNARY_FN(Relu, v > C(0) ? v : C(0))
 DAX_UNARY_FN(Exp, std::exp(v))
 DAX_UNARY_FN(Log, std::log(v))
 DAX_UNARY_FN(Sqrt, std::sqrt(v))
-DAX_UNARY_FN(Rsqrt, T(1) / std::sqrt(v))
+DAX_UNARY_FN(Rsqrt, C(1) / std::sqrt(v))
 DAX_UNARY_FN(Sin, std::sin(v))
 DAX_UNARY_FN(Cos, std::cos(v))
 DAX_UNARY_FN(Tanh, std::tanh(v))
-DAX_UNARY_FN(Sigmoid, T(1) / (T(1) + std::exp(-v)))
+DAX_UNARY_FN(Sigmoid, C(1) / (C(1) + std::exp(-v)))
 // The tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-DAX_UNARY_FN(Gelu, T(0.5) * v * (T(1) + std::tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v))))
+DAX_UNARY_FN(Gelu, C(0.5) * v * (C(1) + std::tanh(C(0.7978845608028654) * (v + C(0.044715) * v * v * v))))
 #undef DAX_UNARY_FN
 
 /// cond ? x : y.

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <dax/array/creation.hpp>
 #include <dax/backend/device_ops.hpp>
+#include <dax/core/float16.hpp>
 #include <dax/core/macros.hpp>
 #include <dax/core/philox.hpp>
 
@@ -40,9 +42,12 @@ DAX_HOST_DEVICE inline dax::detail::Philox4x32 bits(const Key& k, uint64_t index
       {{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0, 0}}, k.k0, k.k1);
 }
 
-/// Uniform in [0, 1) from one word (float: 24 bits) or two (double: 53 bits).
+/// Uniform in [0, 1) from one word (half: 11 bits, bfloat16: 8, float: 24) or two (double: 53
+/// bits): as many bits as T's significand holds, so every value is exact and below 1.
 template <class T>
-DAX_HOST_DEVICE T unit(const dax::detail::Philox4x32& r, int word) {
+DAX_HOST_DEVICE dax::detail::compute_t<T> unit(const dax::detail::Philox4x32& r, int word) {
+  if constexpr (std::is_same_v<T, half>) return static_cast<float>(r.c[word] >> 21) * (1.0f / 2048.0f);
+  if constexpr (std::is_same_v<T, bfloat16>) return static_cast<float>(r.c[word] >> 24) * (1.0f / 256.0f);
   if constexpr (sizeof(T) == 4) return static_cast<T>(r.c[word] >> 8) * static_cast<T>(1.0 / 16777216.0);
   const uint64_t x = (static_cast<uint64_t>(r.c[word]) << 21) ^ (r.c[word + 1] >> 11);
   return static_cast<T>(static_cast<double>(x & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0));
@@ -61,7 +66,11 @@ template <class T>
 struct Uniform {
   Key key;
   T lo, hi;
-  DAX_HOST_DEVICE T operator()(uint64_t i) const { return lo + (hi - lo) * unit<T>(bits(key, i), 0); }
+  DAX_HOST_DEVICE T operator()(uint64_t i) const {
+    using C = dax::detail::compute_t<T>;
+    const C low = static_cast<C>(lo), high = static_cast<C>(hi);
+    return static_cast<T>(low + (high - low) * unit<T>(bits(key, i), 0));
+  }
 };
 
 /// Box-Muller on the element's own words.
@@ -72,7 +81,8 @@ struct Normal {
   DAX_HOST_DEVICE T operator()(uint64_t i) const {
     const auto r = bits(key, i);
     const double u1 = 1.0 - unit<double>(r, 0), u2 = unit<double>(r, 2);
-    return static_cast<T>(mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    return static_cast<T>(static_cast<double>(mean) + static_cast<double>(stddev) * std::sqrt(-2.0 * std::log(u1)) *
+                                                         std::cos(6.283185307179586 * u2));
   }
 };
 

@@ -57,16 +57,26 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
   Runtime& rt = Runtime::current();
   if (!in.is_addressable()) return DistArray<T>(rule.out_shape, rule.partial, nullptr);
   const Shape local = box_shape(rule.partial.device_indices(rt.rank(), rule.out_shape));
-  auto buffer = dev::allocate(numel(local) * sizeof(T));
+  const int64_t count = numel(local);
+  auto buffer = dev::allocate(count * sizeof(T));
   T* out = static_cast<T*>(buffer->data());
-  dev::fill(out, numel(local), identity);
-  dev::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, out, op);
+  using Acc = compute_t<T>;
+  if constexpr (std::is_same_v<Acc, T>) {
+    dev::fill(out, count, identity);
+    dev::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, out, op);
+  } else {  // 16-bit elements fold in float; the result is rounded once
+    const auto folded = dev::allocate(count * sizeof(Acc));
+    Acc* acc = static_cast<Acc*>(folded->data());
+    dev::fill(acc, count, static_cast<Acc>(identity));
+    dev::reduce_dims(in.local_data().data(), in.local_shape(), rule.reduced, acc, op);
+    dev::broadcast_map(out, local, {row_major_strides(local)}, fn::Cast<T>{}, static_cast<const Acc*>(acc));
+  }
   if (!linear && !rule.axes.empty()) {
     const OpLabel label([&] { return cat(name, " of ", to_string(x.shape()), " ", to_string(x.sharding().spec())); });
     auto& comm = rt.group(rule.partial.mesh(), rule.axes);
-    comm.all_reduce(nullptr, out, numel(local), dtype_v<T>, kind);
+    comm.all_reduce(nullptr, out, count, dtype_v<T>, kind);
     comm_stats().record("all_reduce", axes_text(rule.partial.mesh(), rule.axes),
-                        2 * (comm.size() - 1) * numel(local) * int64_t(sizeof(T)) / comm.size());
+                        2 * (comm.size() - 1) * count * int64_t(sizeof(T)) / comm.size());
   }
   return DistArray<T>(rule.out_shape, rule.partial, std::move(buffer));
 }
@@ -91,15 +101,21 @@ DistArray<T> sum(const DistArray<T>& x, const std::vector<int>& dims = {}, bool 
                         out);
 }
 
+/// The average over `dims`. 16-bit arrays are averaged in float and rounded once (as jnp.mean),
+/// since their sum may not fit: half's largest value is 65504.
 template <class T>
 DistArray<T> mean(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false,
                   const std::optional<NamedSharding>& out = std::nullopt) {
-  const auto flags = detail::reduced_dims(x.shape(), dims, "mean");
-  int64_t count = 1;
-  for (size_t d = 0; d < flags.size(); ++d)
-    if (flags[d]) count *= x.shape()[d];
-  if constexpr (!std::is_floating_point_v<T>) detail::check_not_empty(x.shape(), flags, "mean");
-  return sum(x, dims, keepdims, out) / T(count);
+  if constexpr (detail::is_float16_v<T>) {
+    return astype<T>(mean(astype<float>(x), dims, keepdims, out));
+  } else {
+    const auto flags = detail::reduced_dims(x.shape(), dims, "mean");
+    int64_t count = 1;
+    for (size_t d = 0; d < flags.size(); ++d)
+      if (flags[d]) count *= x.shape()[d];
+    if constexpr (!detail::is_floating_v<T>) detail::check_not_empty(x.shape(), flags, "mean");
+    return sum(x, dims, keepdims, out) / T(count);
+  }
 }
 
 template <class T>

@@ -56,6 +56,7 @@ class Runtime {
 #endif
     detail::active_backend() = Backend::cpu;
     world_.reset();
+    detail::job_watchdog() = nullptr;
     watchdog_.reset();
     if (owns_mpi_) {
       int finalized = 0;
@@ -149,6 +150,7 @@ class Runtime {
     detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
     const auto& checks = detail::collective_checks();
     if (checks.timeout_s > 0) watchdog_ = std::make_unique<detail::Watchdog>(checks.timeout_s, &detail::abort_job);
+    detail::job_watchdog() = watchdog_.get();
     world_ = std::make_unique<detail::MpiCommunicator>(world, "world", std::vector<int>{}, watchdog_.get());
     rank_ = world_->rank();
     size_ = world_->size();

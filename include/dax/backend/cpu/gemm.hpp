@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <dax/backend/cpu/elementwise.hpp>
+#include <dax/core/float16.hpp>
 #include <dax/core/shape.hpp>
 
 namespace dax::detail::cpu {
@@ -15,7 +16,8 @@ namespace dax::detail::cpu {
 template <class T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// c = a @ b for row-major a (m x k), b (k x n), c (m x n).
+/// c = a @ b for row-major a (m x k), b (k x n), c (m x n). The 16-bit types multiply and
+/// accumulate in float and round once, as cuBLAS does with float compute.
 template <class T>
 void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
   Eigen::Map<RowMajor<T>> cm(c, m, n);
@@ -23,7 +25,13 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
     cm.setZero();
     return;
   }
-  cm.noalias() = Eigen::Map<const RowMajor<T>>(a, m, k) * Eigen::Map<const RowMajor<T>>(b, k, n);
+  const Eigen::Map<const RowMajor<T>> am(a, m, k), bm(b, k, n);
+  if constexpr (is_float16_v<T>) {
+    const RowMajor<float> product = am.template cast<float>() * bm.template cast<float>();
+    cm = product.template cast<T>();
+  } else {
+    cm.noalias() = am * bm;
+  }
 }
 
 /// Batched: a (batch_a..., m, k), b (batch_b..., k, n), c (batch..., m, n), batch dims broadcast.

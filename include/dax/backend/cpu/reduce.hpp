@@ -8,10 +8,11 @@
 
 namespace dax::detail::cpu {
 
-/// out[j] = op(out[j], in[i]) for every element i of a piece of shape `shape`, j its index with
-/// the dimensions flagged in `reduced` dropped. `out` must hold the identity of op.
-template <class T, class Op>
-void reduce_dims(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out, Op&& op) {
+/// out[j] = op(out[j], Acc(in[i])) for every element i of a piece of shape `shape`, j its index with
+/// the dimensions flagged in `reduced` dropped. `out` must hold the identity of op. Acc is In, or
+/// a wider type to accumulate in (float for the 16-bit types).
+template <class In, class Acc, class Op>
+void reduce_dims(const In* in, const Shape& shape, const std::vector<bool>& reduced, Acc* out, Op&& op) {
   const int64_t count = numel(shape);
   if (count == 0) return;
   const size_t n = shape.size();
@@ -24,7 +25,7 @@ void reduce_dims(const T* in, const Shape& shape, const std::vector<bool>& reduc
   }
   int64_t o = 0;
   for (int64_t i = 0; i < count; ++i) {
-    out[o] = op(out[o], in[i]);
+    out[o] = op(out[o], static_cast<Acc>(in[i]));
     for (size_t d = n; d-- > 0;) {  // next index, keeping the output offset in step
       o += out_stride[d];
       if (++idx[d] < shape[d]) break;

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include <dax/comm/collective_checks.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail::cuda {
@@ -41,6 +43,22 @@ inline int visible_gpus() {
     return 0;
   }
   return count;
+}
+
+/// The report of a wait for the device that outlived DAX_TIMEOUT_S (run by the watchdog thread).
+inline std::string describe_stuck_wait(const void* what) {
+  const QueuedCollective& last = last_queued_collective();
+  const char* call = last.call.load();
+  const std::string* group = last.group.load();
+  const int rank = last.world_rank.load();
+  const double timeout = job_watchdog() ? job_watchdog()->timeout_s() : collective_checks().timeout_s;
+  return cat("dax: ", rank >= 0 ? cat("world rank ", rank, ": ") : std::string(), static_cast<const char*>(what),
+             " did not finish within ", timeout, " s (DAX_TIMEOUT_S); ",
+             call != nullptr && group != nullptr
+                 ? cat("the last collective queued on the GPU was ", call, " on the group ", *group,
+                       ", which a member may have skipped or left")
+                 : std::string("no collective was queued on the GPU, so a kernel is stuck"),
+             ". Aborting the job (ncclCommAbort first).");
 }
 
 /// The device a rank drives and the one stream all of its work goes on. Every kernel, copy, GEMM
@@ -115,8 +133,14 @@ class DeviceContext {
     return blas_;
   }
 
-  /// Waits for everything queued on the stream.
-  void synchronize() const { DAX_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  /// Waits for everything queued on the stream. Watched like a collective: NCCL calls return once
+  /// queued, so a peer that never joins one shows up here, as a wait that outlives DAX_TIMEOUT_S;
+  /// the watchdog then reports `what` and the last collective queued, and aborts the job (after
+  /// ncclCommAbort). `what` must outlive the wait (a string literal).
+  void synchronize(const char* what = "a wait for the GPU's queued work") const {
+    const Watched watched(job_watchdog(), what, &describe_stuck_wait);
+    DAX_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
 
   /// cuBLAS math mode for a precision. Exact float32 also keeps reductions inside half and
   /// bfloat16 products in float32 (cuBLAS may otherwise reduce split-K parts in the output type).

@@ -17,14 +17,8 @@
 #include <dax/backend/cuda/layout.cuh>
 #include <dax/backend/matmul_precision.hpp>
 #include <dax/core/error.hpp>
+#include <dax/core/float16.hpp>
 #include <dax/core/shape.hpp>
-
-// Declared, not included: cuBLAS needs only the storage format of the 16-bit types (raw IEEE half
-// and bfloat16 bits, as in __half and __nv_bfloat16), and Eigen's headers are slow under nvcc.
-namespace Eigen {
-struct half;
-struct bfloat16;
-}  // namespace Eigen
 
 namespace dax::detail::cuda {
 
@@ -42,12 +36,12 @@ struct BlasType<double> {
   using Scalar = double;
 };
 template <>
-struct BlasType<Eigen::half> {
+struct BlasType<dax::half> {  // the bits of __half
   static constexpr cudaDataType_t data = CUDA_R_16F;
   using Scalar = float;  // accumulated in float32
 };
 template <>
-struct BlasType<Eigen::bfloat16> {
+struct BlasType<dax::bfloat16> {  // the bits of __nv_bfloat16
   static constexpr cudaDataType_t data = CUDA_R_16BF;
   using Scalar = float;
 };

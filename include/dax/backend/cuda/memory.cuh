@@ -89,7 +89,7 @@ inline void copy_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = context().stream();
   DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-  DAX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  context().synchronize("a copy from the GPU to the host");
 }
 
 /// Host memory to device memory. Waits for the copy: `src` may be pageable memory that the caller
@@ -99,7 +99,7 @@ inline void copy_from_host(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t stream = context().stream();
   DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-  DAX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  context().synchronize("a copy from the host to the GPU");
 }
 
 /// Device to device, queued on the stream. Either side may also be pinned host memory (unified

@@ -130,9 +130,23 @@ class NcclRegionExchange final : public PreparedExchange {
 /// Checks: each call is guarded by the MPI communicator's guard (fingerprints with
 /// DAX_CHECK_COLLECTIVES=1, the watchdog while the host is inside the call). NCCL calls return
 /// once enqueued, so a collective that never completes on the device shows up in the next host
-/// wait (barrier, a copy to the host). The destructor aborts instead of destroying after an
-/// error, since destroying waits for work that may never finish.
+/// wait for the GPU (barrier, a copy to the host), which is watched too and names the last call
+/// queued; on a timeout the job's abort calls ncclCommAbort (an abort hook) before it exits. The
+/// destructor aborts instead of destroying after an error, since destroying waits for work that
+/// may never finish.
 class NcclCommunicator final : public Communicator {
+ private:
+  // Defined before its callers: a deduced return type must be known where it is used.
+  /// The MPI communicator's guard (fingerprints, numbering, the watchdog while the host is in the
+  /// call), noting the call as the last one queued on the GPU for reports of a stuck device wait.
+  [[nodiscard]] auto guard_queued(const char* call, int64_t count, DType type, bool compare = true) {
+    QueuedCollective& last = last_queued_collective();
+    last.call.store(call, std::memory_order_relaxed);
+    last.group.store(&group_text_, std::memory_order_relaxed);
+    last.world_rank.store(world_rank_, std::memory_order_relaxed);
+    return host_->guard(call, count, type, compare);
+  }
+
  public:
   /// Collective over the group of `host` (which it keeps). The device must be selected already
   /// (cuda::context().init). Throws the same error on every member when two share a GPU.
@@ -166,11 +180,20 @@ class NcclCommunicator final : public Communicator {
       DAX_NCCL_CHECK(ncclCommInitRank(&comm, host_->size(), id, host_->rank()));
     }
     comm_ = comm;
+    group_text_ = host_->group_text();
+    const std::vector<int>& world = host_->world_ranks();
+    world_rank_ = world.empty() ? -1 : world[host_->rank()];
+    // A job that times out aborts the communicator before it exits: NCCL kernels waiting for a
+    // peer that will never come stop, rather than hold the GPU.
+    abort_hooks().add(this, [comm] { (void)ncclCommAbort(comm); });
   }
 
   ~NcclCommunicator() override {
     ncclComm_t comm = comm_;
     if (comm == nullptr) return;
+    abort_hooks().remove(this);
+    const std::string* mine = &group_text_;
+    last_queued_collective().group.compare_exchange_strong(mine, nullptr);
     ncclResult_t state = ncclSuccess;
     const bool broken = failed_ || ncclCommGetAsyncError(comm, &state) != ncclSuccess || state != ncclSuccess;
     // Destroying waits for the communicator's work; after an error that work may never finish.
@@ -190,7 +213,7 @@ class NcclCommunicator final : public Communicator {
   void all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
                    const std::vector<int64_t>& displs, DType type) override {
     check_per_member(size(), "all_gatherv", counts, displs);
-    const auto guard = host_->guard("all_gather", total(counts), type);
+    const auto guard = guard_queued("all_gather", total(counts), type);
     const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
     const int64_t item = itemsize(type);
@@ -223,7 +246,7 @@ class NcclCommunicator final : public Communicator {
     const int me = rank();
     DAX_CHECK(send_counts[me] == recv_counts[me], "all_to_allv: member ", me, " sends itself ", send_counts[me],
               " elements but receives ", recv_counts[me]);
-    const auto guard = host_->guard("all_to_all", 0, type);  // members send different amounts
+    const auto guard = guard_queued("all_to_all", 0, type);  // members send different amounts
     const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
     const int64_t item = itemsize(type);
@@ -247,7 +270,7 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
     check_per_member(size(), "reduce_scatter", counts);
-    const auto guard = host_->guard("reduce_scatter", total(counts), type);
+    const auto guard = guard_queued("reduce_scatter", total(counts), type);
     const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
     const ncclRedOp_t o = nccl_op(op);
@@ -273,7 +296,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
-    const auto guard = host_->guard("all_reduce", count, type);
+    const auto guard = guard_queued("all_reduce", count, type);
     const ncclComm_t comm = comm_;
     if (count == 0) return;
     check(ncclAllReduce(send != nullptr ? send : recv, recv, static_cast<size_t>(count), nccl_type(type),
@@ -283,7 +306,7 @@ class NcclCommunicator final : public Communicator {
 
   void broadcast(void* data, int64_t count, DType type, int root) override {
     DAX_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a member of a group of ", size());
-    const auto guard = host_->guard("broadcast", count, type);
+    const auto guard = guard_queued("broadcast", count, type);
     const ncclComm_t comm = comm_;
     if (count == 0) return;
     check(ncclBroadcast(data, data, static_cast<size_t>(count), nccl_type(type), root, comm, stream()),
@@ -292,10 +315,7 @@ class NcclCommunicator final : public Communicator {
 
   /// Waits for this member's device work (its collectives included), then for every member.
   void barrier() override {
-    {
-      const auto guard = host_->guard("barrier (waiting for the device)", 0, DType::int64, false);
-      DAX_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    }
+    context().synchronize("a barrier's wait for this GPU's collectives");
     host_->barrier();
   }
 
@@ -303,7 +323,7 @@ class NcclCommunicator final : public Communicator {
     const int n = size(), me = rank();
     DAX_CHECK(dst >= -1 && dst < n && src >= -1 && src < n, "send_recv: peers ", dst, " and ", src,
               " are not members of a group of ", n, " (or -1)");
-    const auto guard = host_->guard("send_recv", count, type);
+    const auto guard = guard_queued("send_recv", count, type);
     const ncclComm_t comm = comm_;
     if (count == 0) return;
     const int64_t item = itemsize(type);
@@ -332,7 +352,7 @@ class NcclCommunicator final : public Communicator {
   void exchange(const PreparedExchange& prepared, const void* send, void* recv) override {
     const auto* x = dynamic_cast<const NcclRegionExchange*>(&prepared);
     DAX_CHECK(x != nullptr, "exchange: the prepared exchange was made by another kind of communicator");
-    const auto guard = host_->guard("exchange", 0, DType::int64);
+    const auto guard = guard_queued("exchange", 0, DType::int64);
     const ncclComm_t comm = comm_;
     with_item_type(x->item_bytes, [&](auto word) {
       using Word = decltype(word);
@@ -434,6 +454,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<MpiCommunicator> host_;
   ncclComm_t comm_ = nullptr;
   bool failed_ = false;
+  std::string group_text_;  // for reports; its address is what last_queued_collective() keeps
+  int world_rank_ = -1;
 };
 
 }  // namespace dax::detail::cuda

@@ -47,16 +47,16 @@ __device__ inline const T* element(const T* in, const ReduceLayout& layout, Inde
 
 /// One thread per item, folding its elements in order. For reductions whose innermost dimension
 /// is kept (neighbouring threads read neighbouring elements) or too short to keep a block busy.
-template <bool Accumulate, class Index, class T, class Op>
-__global__ void reduce_per_thread_kernel(const T* in, ReduceLayout layout, int64_t chunk, int64_t parts, T* out,
+template <bool Accumulate, class Index, class In, class Acc, class Op>
+__global__ void reduce_per_thread_kernel(const In* in, ReduceLayout layout, int64_t chunk, int64_t parts, Acc* out,
                                          Op op) {
   const int64_t items = layout.out_count * parts;
   for (int64_t w = grid_first(); w < items; w += grid_step()) {
     const int64_t p = w / layout.out_count, j = w - p * layout.out_count;
     const int64_t begin = p * chunk, end = smaller(begin + chunk, layout.reduce_count);
-    T acc = *element(in, layout, static_cast<Index>(j), static_cast<Index>(begin));
+    Acc acc = static_cast<Acc>(*element(in, layout, static_cast<Index>(j), static_cast<Index>(begin)));
     for (int64_t r = begin + 1; r < end; ++r)
-      acc = op(acc, *element(in, layout, static_cast<Index>(j), static_cast<Index>(r)));
+      acc = op(acc, static_cast<Acc>(*element(in, layout, static_cast<Index>(j), static_cast<Index>(r))));
     if constexpr (Accumulate) {
       out[j] = op(out[j], acc);
     } else {
@@ -68,21 +68,21 @@ __global__ void reduce_per_thread_kernel(const T* in, ReduceLayout layout, int64
 /// One block per item: thread t folds elements t, t + block, ... in order, then the block folds the
 /// threads' results in a fixed tree. For reductions whose innermost dimension is reduced:
 /// neighbouring threads read neighbouring elements.
-template <bool Accumulate, class Index, class T, class Op>
+template <bool Accumulate, class Index, class In, class Acc, class Op>
 __global__ void __launch_bounds__(block_threads)
-    reduce_per_block_kernel(const T* in, ReduceLayout layout, int64_t chunk, int64_t parts, T* out, Op op) {
-  // Raw storage: T may have constructors, which __shared__ variables cannot run.
-  __shared__ alignas(T) unsigned char storage[block_threads * sizeof(T)];
-  T* partial = reinterpret_cast<T*>(storage);
+    reduce_per_block_kernel(const In* in, ReduceLayout layout, int64_t chunk, int64_t parts, Acc* out, Op op) {
+  // Raw storage: Acc may have constructors, which __shared__ variables cannot run.
+  __shared__ alignas(Acc) unsigned char storage[block_threads * sizeof(Acc)];
+  Acc* partial = reinterpret_cast<Acc*>(storage);
   const int t = static_cast<int>(threadIdx.x);
   const int64_t items = layout.out_count * parts;
   for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
     const int64_t p = w / layout.out_count, j = w - p * layout.out_count;
     const int64_t begin = p * chunk, end = smaller(begin + chunk, layout.reduce_count);
     if (begin + t < end) {
-      T acc = *element(in, layout, static_cast<Index>(j), static_cast<Index>(begin + t));
+      Acc acc = static_cast<Acc>(*element(in, layout, static_cast<Index>(j), static_cast<Index>(begin + t)));
       for (int64_t r = begin + t + block_threads; r < end; r += block_threads)
-        acc = op(acc, *element(in, layout, static_cast<Index>(j), static_cast<Index>(r)));
+        acc = op(acc, static_cast<Acc>(*element(in, layout, static_cast<Index>(j), static_cast<Index>(r))));
       partial[t] = acc;
     }
     __syncthreads();
@@ -106,9 +106,9 @@ __global__ void __launch_bounds__(block_threads)
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-template <bool Accumulate, class Index, class T, class Op>
-void launch_reduce_with(const T* in, const ReduceLayout& layout, bool per_block, int64_t chunk, int64_t parts, T* out,
-                        const Op& op) {
+template <bool Accumulate, class Index, class In, class Acc, class Op>
+void launch_reduce_with(const In* in, const ReduceLayout& layout, bool per_block, int64_t chunk, int64_t parts,
+                        Acc* out, const Op& op) {
   const int64_t items = layout.out_count * parts;
   const cudaStream_t stream = context().stream();
   if (per_block) {
@@ -122,8 +122,8 @@ void launch_reduce_with(const T* in, const ReduceLayout& layout, bool per_block,
   }
 }
 
-template <bool Accumulate, class T, class Op>
-void launch_reduce(const T* in, const ReduceLayout& layout, bool per_block, int64_t chunk, int64_t parts, T* out,
+template <bool Accumulate, class In, class Acc, class Op>
+void launch_reduce(const In* in, const ReduceLayout& layout, bool per_block, int64_t chunk, int64_t parts, Acc* out,
                    const Op& op) {
   if (layout.out_count * layout.reduce_count <= std::numeric_limits<uint32_t>::max())
     launch_reduce_with<Accumulate, uint32_t>(in, layout, per_block, chunk, parts, out, op);
@@ -136,8 +136,8 @@ void launch_reduce(const T* in, const ReduceLayout& layout, bool per_block, int6
 /// Few outputs with many elements each would leave most of the GPU idle, so their elements are
 /// split into parts first: one pass folds each part, a second (this function again, on the parts)
 /// folds the parts in order. Every choice depends only on the sizes: the same bits on every run.
-template <class T, class Op>
-void reduce_layout(const T* in, const ReduceLayout& layout, bool innermost_reduced, T* out, const Op& op) {
+template <class In, class Acc, class Op>
+void reduce_layout(const In* in, const ReduceLayout& layout, bool innermost_reduced, Acc* out, const Op& op) {
   const int64_t outputs = layout.out_count, length = layout.reduce_count;
   const bool per_block = innermost_reduced && length > 64;
   // Aim for ~1024 busy blocks or ~65536 busy threads, and give every part enough elements that
@@ -152,8 +152,8 @@ void reduce_layout(const T* in, const ReduceLayout& layout, bool innermost_reduc
   }
   // The partial folds live in a cached block; handing it back right after queuing its last reader
   // is safe because every later user of the block queues on the same stream.
-  const auto scratch = allocate(static_cast<size_t>(parts * outputs) * sizeof(T));
-  T* partial = static_cast<T*>(scratch->data());
+  const auto scratch = allocate(static_cast<size_t>(parts * outputs) * sizeof(Acc));
+  Acc* partial = static_cast<Acc*>(scratch->data());
   launch_reduce<false>(in, layout, per_block, chunk, parts, partial, op);
   ReduceLayout second;  // partial is (parts, outputs) row-major: fold over the parts
   second.out_count = outputs;
@@ -166,16 +166,16 @@ void reduce_layout(const T* in, const ReduceLayout& layout, bool innermost_reduc
   second.reduced.rank = 1;
   second.reduced.extent[0] = parts;
   second.reduced.stride[0][0] = outputs;
-  reduce_layout(partial, second, outputs == 1, out, op);
+  reduce_layout(static_cast<const Acc*>(partial), second, outputs == 1, out, op);
 }
 
-/// out[j] = op(out[j], in[i]) for every element i of a piece of shape `shape`, j its index with the
-/// dimensions flagged in `reduced` dropped. `out` must hold the identity of op. `op` is copied to
-/// the GPU: a trivially copyable functor with a DAX_HOST_DEVICE `T operator()(T, T)`, associative
-/// (elements are grouped differently than on the CPU; floating-point sums differ in rounding).
-/// Queued on the stream.
-template <class T, class Op>
-void reduce_dims(const T* in, const Shape& shape, const std::vector<bool>& reduced, T* out, Op&& op) {
+/// out[j] = op(out[j], Acc(in[i])) for every element i of a piece of shape `shape`, j its index with
+/// the dimensions flagged in `reduced` dropped. `out` must hold the identity of op. `op` is copied
+/// to the GPU: a trivially copyable functor with a DAX_HOST_DEVICE `Acc operator()(Acc, Acc)`,
+/// associative (elements are grouped differently than on the CPU; floating-point sums differ in
+/// rounding). Queued on the stream.
+template <class In, class Acc, class Op>
+void reduce_dims(const In* in, const Shape& shape, const std::vector<bool>& reduced, Acc* out, Op&& op) {
   using Fn = std::decay_t<Op>;
   static_assert(std::is_trivially_copyable_v<Fn>, "reduce_dims: the functor is copied to the GPU by value");
   DAX_CHECK(reduced.size() == shape.size(), "reduce_dims: ", reduced.size(), " reduced flags for a shape of rank ",

@@ -217,7 +217,7 @@ class StagedMpiCommunicator final : public Communicator {
   static cudaStream_t stream() { return context().stream(); }
 
   /// MPI reads device data (or its host copy) only once the device has written it.
-  static void wait_for_device() { DAX_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  static void wait_for_device() { context().synchronize("a wait for the GPU before an MPI transfer"); }
 
   /// The staging block, grown to at least `bytes` (never null). Before a block is let go the
   /// stream is drained: the last call's copies to the device may still be reading it.
