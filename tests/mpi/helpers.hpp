@@ -25,6 +25,23 @@ inline std::vector<Mesh> meshes_that_fit() {
   return out;
 }
 
+/// Random choices from a fixed seed: every rank makes the same ones, so all run the same case.
+struct Pick {
+  std::mt19937 rng;
+  explicit Pick(unsigned seed = 4242) : rng(seed) {}
+  size_t operator()(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
+};
+
+inline const Mesh& random_mesh(Pick& pick) {
+  static const auto meshes = meshes_that_fit();
+  return meshes[pick(meshes.size())];
+}
+
+inline NamedSharding random_sharding(Pick& pick, const Mesh& mesh, size_t ndim, bool unreduced = false) {
+  const auto all = all_shardings(mesh, ndim, unreduced);
+  return all[pick(all.size())];
+}
+
 template <class T>
 std::vector<T> random_values(int64_t n, std::mt19937& rng) {
   std::uniform_int_distribution<int> dist(-100, 100);

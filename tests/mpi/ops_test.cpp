@@ -14,23 +14,11 @@ using dax::NamedSharding;
 using dax::P;
 using dax::Shape;
 using dax::test::host;
+using dax::test::Pick;
+using dax::test::random_mesh;
+using dax::test::random_sharding;
 
 namespace {
-
-struct Pick {
-  std::mt19937 rng{4242};
-  size_t operator()(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
-};
-
-const Mesh& random_mesh(Pick& pick) {
-  static const auto meshes = dax::test::meshes_that_fit();
-  return meshes[pick(meshes.size())];
-}
-
-NamedSharding random_sharding(Pick& pick, const Mesh& mesh, size_t ndim, bool unreduced = false) {
-  const auto all = dax::test::all_shardings(mesh, ndim, unreduced);
-  return all[pick(all.size())];
-}
 
 // Flat index into an operand of `shape` broadcast to `out`, for the output's flat index `flat`.
 int64_t source_index(const Shape& shape, const Shape& out, int64_t flat) {

@@ -27,6 +27,11 @@ std::vector<std::string> reports() {
   return reported;
 }
 
+void clear_reports() {
+  std::lock_guard<std::mutex> lock(reported_mutex);
+  reported.clear();
+}
+
 std::string describe_text(const void* call) { return *static_cast<const std::string*>(call); }
 
 void wait_for_report(std::chrono::milliseconds limit) {
@@ -38,10 +43,7 @@ void wait_for_report(std::chrono::milliseconds limit) {
 }  // namespace
 
 TEST_CASE("an overdue call is reported with its description; a finished one is not", "[reliability][watchdog]") {
-  {
-    std::lock_guard<std::mutex> lock(reported_mutex);
-    reported.clear();
-  }
+  clear_reports();
   dax::detail::Watchdog dog(0.2, &record);
   const std::string quick = "quick call", slow = "slow call";
   {
@@ -56,10 +58,7 @@ TEST_CASE("an overdue call is reported with its description; a finished one is n
 }
 
 TEST_CASE("a nested watch hands the watch back to the call around it", "[reliability][watchdog]") {
-  {
-    std::lock_guard<std::mutex> lock(reported_mutex);
-    reported.clear();
-  }
+  clear_reports();
   dax::detail::Watchdog dog(0.3, &record);
   const std::string outer = "barrier (waiting for the device)", inner = "stream wait";
   const dax::detail::Watched outer_watch(&dog, &outer, &describe_text);

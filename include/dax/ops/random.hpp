@@ -46,11 +46,16 @@ DAX_HOST_DEVICE inline dax::detail::Philox4x32 bits(const Key& k, uint64_t index
 /// bits): as many bits as T's significand holds, so every value is exact and below 1.
 template <class T>
 DAX_HOST_DEVICE dax::detail::compute_t<T> unit(const dax::detail::Philox4x32& r, int word) {
-  if constexpr (std::is_same_v<T, half>) return static_cast<float>(r.c[word] >> 21) * (1.0f / 2048.0f);
-  if constexpr (std::is_same_v<T, bfloat16>) return static_cast<float>(r.c[word] >> 24) * (1.0f / 256.0f);
-  if constexpr (sizeof(T) == 4) return static_cast<T>(r.c[word] >> 8) * static_cast<T>(1.0 / 16777216.0);
-  const uint64_t x = (static_cast<uint64_t>(r.c[word]) << 21) ^ (r.c[word + 1] >> 11);
-  return static_cast<T>(static_cast<double>(x & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0));
+  if constexpr (std::is_same_v<T, half>) {
+    return static_cast<float>(r.c[word] >> 21) * (1.0f / 2048.0f);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    return static_cast<float>(r.c[word] >> 24) * (1.0f / 256.0f);
+  } else if constexpr (sizeof(T) == 4) {
+    return static_cast<T>(r.c[word] >> 8) * static_cast<T>(1.0 / 16777216.0);
+  } else {
+    const uint64_t x = (static_cast<uint64_t>(r.c[word]) << 21) ^ (r.c[word + 1] >> 11);
+    return static_cast<T>(static_cast<double>(x & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0));
+  }
 }
 
 /// Fills this rank's piece with f(global element index), on its backend.
