@@ -55,6 +55,13 @@ class DistArray;
 namespace detail {
 template <class T>
 std::vector<T> gather_to_host(const DistArray<T>& x);
+
+/// A piece stored with its last two dimensions swapped (a lazy matrix transpose): matmul hands the
+/// stored piece to BLAS / cuBLAS with a transpose flag; any other reader gets the row-major copy,
+/// made on first read and shared by every copy of the array.
+struct SwappedPiece {
+  std::shared_ptr<Buffer> row_major;
+};
 }  // namespace detail
 
 template <class Elem>
@@ -74,6 +81,14 @@ class DistArray {
     if (sharding_.mesh().contains(rank)) local_index_ = sharding_.device_indices(rank, shape_);
   }
 
+  /// An array whose piece `stored` holds its local piece with the last two dimensions swapped
+  /// (internal: what transpose of the last two dimensions returns, copying nothing).
+  static DistArray swapped_view(Shape shape, NamedSharding sharding, std::shared_ptr<detail::Buffer> stored) {
+    DistArray x(std::move(shape), std::move(sharding), std::move(stored));
+    if (x.local_) x.swapped_ = std::make_shared<detail::SwappedPiece>();
+    return x;
+  }
+
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t size() const { return numel(shape_); }
@@ -88,7 +103,8 @@ class DistArray {
   Shape local_shape() const { return box_shape(local_index_); }
   int64_t local_size() const { return numel(local_index_); }
   std::span<const Elem> local_data() const {
-    return {local_ ? static_cast<const Elem*>(local_->data()) : nullptr, static_cast<size_t>(local_ ? local_size() : 0)};
+    const auto& piece = buffer();
+    return {piece ? static_cast<const Elem*>(piece->data()) : nullptr, static_cast<size_t>(piece ? local_size() : 0)};
   }
 
   /// The local piece's values on the host (a copy; on CPU the same as local_data()).
@@ -111,7 +127,7 @@ class DistArray {
   std::vector<Shard<Elem>> addressable_shards() const {
     if (!local_) return {};
     const int rank = Runtime::current().rank();
-    return {Shard<Elem>{rank, local_index_, sharding_.replica_id(rank), ShardData<Elem>(local_, local_size())}};
+    return {Shard<Elem>{rank, local_index_, sharding_.replica_id(rank), ShardData<Elem>(buffer(), local_size())}};
   }
 
   /// The array with its dimensions reversed (the spec moves with them; no communication).
@@ -120,14 +136,40 @@ class DistArray {
   /// The global (reduced) value, row-major, on every device of the mesh. Collective.
   std::vector<Elem> to_host() const { return detail::gather_to_host(*this); }
 
-  /// The shared buffer of the local piece (internal: ops and reshards read it).
-  const std::shared_ptr<detail::Buffer>& buffer() const { return local_; }
+  /// The shared buffer of the local piece, row-major (internal: ops and reshards read it).
+  const std::shared_ptr<detail::Buffer>& buffer() const {
+    if (!swapped_) return local_;
+    if (!swapped_->row_major) swapped_->row_major = materialize();
+    return swapped_->row_major;
+  }
+
+  /// Whether the piece is stored with its last two dimensions swapped (see swapped_view);
+  /// stored_buffer() is then that transposed piece, else the same as buffer().
+  bool stores_swapped() const { return static_cast<bool>(swapped_); }
+  const std::shared_ptr<detail::Buffer>& stored_buffer() const { return local_; }
+
+  /// While a gradient is being taken: this value's node on the tape (0: not traced).
+  uint64_t trace_id() const { return trace_id_; }
+  void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
+  std::shared_ptr<detail::Buffer> materialize() const {
+    Shape stored = local_shape();
+    std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+    std::vector<int> perm(stored.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    auto out = detail::dev::allocate(local_size() * sizeof(Elem));
+    detail::dev::permute(static_cast<const Elem*>(local_->data()), stored, perm, static_cast<Elem*>(out->data()));
+    return out;
+  }
+
   Shape shape_;
   NamedSharding sharding_;
-  std::shared_ptr<detail::Buffer> local_;
+  std::shared_ptr<detail::Buffer> local_;  // the piece as stored
+  std::shared_ptr<detail::SwappedPiece> swapped_;  // set when local_ holds the piece transposed
   Box local_index_;
+  uint64_t trace_id_ = 0;
 };
 
 }  // namespace dax

@@ -12,6 +12,7 @@
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/comm_stats.hpp>
+#include <dax/sharding/build.hpp>
 
 namespace dax {
 namespace detail {
@@ -22,6 +23,22 @@ inline void check_reshard(const Shape& shape, const NamedSharding& from, const N
             to_string(from.mesh()), " and ", to_string(to.mesh()));
   to.check_rank(shape);
   Runtime::current().check_mesh(to.mesh());
+}
+
+/// `s` with its last two dimensions' splits exchanged (of an array of rank `ndim` >= 2).
+inline NamedSharding swap_last_two(const NamedSharding& s, size_t ndim) {
+  auto dims = dims_of(s, ndim);
+  std::swap(dims[ndim - 1], dims[ndim - 2]);
+  return make_sharding(s.mesh(), dims, s.unreduced_axes());
+}
+
+/// The array as `x` stores it: with x's last two dimensions swapped when x is a lazy transpose.
+template <class T>
+DistArray<T> stored_array(const DistArray<T>& x) {
+  if (!x.stores_swapped()) return x;
+  Shape shape = x.shape();
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  return DistArray<T>(std::move(shape), swap_last_two(x.sharding(), x.ndim()), x.stored_buffer());
 }
 
 template <class T>
@@ -118,6 +135,10 @@ template <class T>
 DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target) {
   detail::check_reshard(x.shape(), x.sharding(), target);
   if (!x.is_addressable()) return DistArray<T>(x.shape(), target, nullptr);
+  if (x.stores_swapped()) {  // move the stored (transposed) piece; the result stays a lazy transpose
+    const DistArray<T> stored = reshard(detail::stored_array(x), detail::swap_last_two(target, x.ndim()));
+    return DistArray<T>::swapped_view(x.shape(), target, stored.buffer());
+  }
   Runtime& rt = Runtime::current();
   const detail::OpLabel label([&] {
     return detail::cat("reshard ", to_string(x.shape()), " ", to_string(dtype_v<T>), " ", to_string(x.sharding().spec()),

@@ -1,5 +1,7 @@
 // transpose(x, perm) and x.T(): dimensions reordered, the spec moving with them, so no data
-// crosses devices; each device permutes its own piece.
+// crosses devices; each device permutes its own piece. Swapping only the last two dimensions (the
+// transposes before a GEMM) copies nothing: the result views the piece as stored and matmul passes
+// a transpose flag to BLAS / cuBLAS; other readers get a row-major copy on first read.
 #pragma once
 
 #include <numeric>
@@ -10,6 +12,18 @@
 #include <dax/sharding/build.hpp>
 
 namespace dax {
+namespace detail {
+
+/// Whether `perm` keeps every dimension but the last two, which it swaps.
+inline bool swaps_last_two(const std::vector<int>& perm) {
+  const size_t n = perm.size();
+  if (n < 2) return false;
+  for (size_t i = 0; i + 2 < n; ++i)
+    if (perm[i] != static_cast<int>(i)) return false;
+  return perm[n - 2] == static_cast<int>(n - 1) && perm[n - 1] == static_cast<int>(n - 2);
+}
+
+}  // namespace detail
 
 /// x with dimension i of the result taken from dimension perm[i] of x (reversed when perm is empty).
 template <class T>
@@ -34,6 +48,10 @@ DistArray<T> transpose(const DistArray<T>& x, std::vector<int> perm = {}) {
   }
   const NamedSharding sharding = detail::make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes());
   if (!x.is_addressable()) return DistArray<T>(shape, sharding, nullptr);
+  if (detail::swaps_last_two(perm)) {
+    if (x.stores_swapped()) return DistArray<T>(shape, sharding, x.stored_buffer());  // transposed back
+    return DistArray<T>::swapped_view(shape, sharding, x.buffer());
+  }
   auto buffer = detail::dev::allocate(x.local_size() * sizeof(T));
   detail::dev::permute(x.local_data().data(), x.local_shape(), perm, static_cast<T*>(buffer->data()));
   return DistArray<T>(shape, sharding, std::move(buffer));

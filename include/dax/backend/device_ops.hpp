@@ -90,9 +90,12 @@ void generate(T* data, const Shape& shape, const Box& index, F f) {
   DAX_DISPATCH(generate(data, shape, index, f));
 }
 
+/// c = a @ b, batched; a_shape and b_shape are the logical shapes, and `trans_a` / `trans_b` say
+/// that operand is stored with its last two dimensions swapped (passed to BLAS as a flag).
 template <class T>
-void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape) {
-  DAX_DISPATCH(batched_gemm(a, a_shape, b, b_shape, c, c_shape));
+void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape,
+                  bool trans_a = false, bool trans_b = false) {
+  DAX_DISPATCH(batched_gemm(a, a_shape, b, b_shape, c, c_shape, trans_a, trans_b));
 }
 
 #undef DAX_DISPATCH

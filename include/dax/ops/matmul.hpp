@@ -42,8 +42,10 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
   if (!am.is_addressable()) return DistArray<T>(rule.out_shape, rule.target, nullptr);
   const Shape local = box_shape(c.out.device_indices(rt.rank(), rule.out_shape));
   auto buffer = dev::allocate(numel(local) * sizeof(T));
-  dev::batched_gemm(am.local_data().data(), am.local_shape(), bm.local_data().data(), bm.local_shape(),
-                    static_cast<T*>(buffer->data()), local);
+  // A lazy transpose (x.T(), transpose of the last two dims) reaches BLAS as a flag, not a copy.
+  dev::batched_gemm(static_cast<const T*>(am.stored_buffer()->data()), am.local_shape(),
+                    static_cast<const T*>(bm.stored_buffer()->data()), bm.local_shape(),
+                    static_cast<T*>(buffer->data()), local, am.stores_swapped(), bm.stores_swapped());
   return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), rule.target);
 }
 

@@ -16,27 +16,37 @@ namespace dax::detail::cpu {
 template <class T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// c = a @ b for row-major a (m x k), b (k x n), c (m x n). The 16-bit types multiply and
-/// accumulate in float and round once, as cuBLAS does with float compute.
+/// c = op(a) @ op(b) for row-major c (m x n); a is stored row-major as (m x k), or as (k x m)
+/// when `trans_a` (likewise b: (k x n), or (n x k) when `trans_b`). Eigen hands a transposed map
+/// to BLAS as a transpose flag, so no operand is copied. The 16-bit types multiply and accumulate
+/// in float and round once, as cuBLAS does with float compute.
 template <class T>
-void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
+void gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int64_t m, int64_t k, int64_t n) {
   Eigen::Map<RowMajor<T>> cm(c, m, n);
   if (k == 0) {
     cm.setZero();
     return;
   }
-  const Eigen::Map<const RowMajor<T>> am(a, m, k), bm(b, k, n);
-  if constexpr (is_float16_v<T>) {
-    const RowMajor<float> product = am.template cast<float>() * bm.template cast<float>();
-    cm = product.template cast<T>();
-  } else {
-    cm.noalias() = am * bm;
-  }
+  const Eigen::Map<const RowMajor<T>> as(a, trans_a ? k : m, trans_a ? m : k), bs(b, trans_b ? n : k, trans_b ? k : n);
+  const auto product = [&](const auto& am, const auto& bm) {
+    if constexpr (is_float16_v<T>) {
+      const RowMajor<float> p = am.template cast<float>() * bm.template cast<float>();
+      cm = p.template cast<T>();
+    } else {
+      cm.noalias() = am * bm;
+    }
+  };
+  if (trans_a && trans_b) return product(as.transpose(), bs.transpose());
+  if (trans_a) return product(as.transpose(), bs);
+  if (trans_b) return product(as, bs.transpose());
+  product(as, bs);
 }
 
-/// Batched: a (batch_a..., m, k), b (batch_b..., k, n), c (batch..., m, n), batch dims broadcast.
+/// Batched: a (batch_a..., m, k), b (batch_b..., k, n), c (batch..., m, n), batch dims broadcast;
+/// the shapes are the operands' logical ones, each matrix stored transposed when its flag is set.
 template <class T>
-void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape) {
+void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape,
+                  bool trans_a = false, bool trans_b = false) {
   const size_t ra = a_shape.size(), rb = b_shape.size(), rc = c_shape.size();
   const int64_t m = c_shape[rc - 2], n = c_shape[rc - 1], k = a_shape[ra - 1];
   const Shape batch(c_shape.begin(), c_shape.end() - 2);
@@ -50,7 +60,7 @@ void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_s
       oa += idx[d] * sa[d];
       ob += idx[d] * sb[d];
     }
-    gemm(a + oa * m * k, b + ob * k * n, c + i * m * n, m, k, n);
+    gemm(a + oa * m * k, trans_a, b + ob * k * n, trans_b, c + i * m * n, m, k, n);
     for (size_t d = batch.size(); d-- > 0;) {
       if (++idx[d] < batch[d]) break;
       idx[d] = 0;
