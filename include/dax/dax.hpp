@@ -27,3 +27,5 @@
 #include <dax/manual/shard_map.hpp>
 #include <dax/debug/explain_ops.hpp>
 #include <dax/io/checkpoint.hpp>
+#include <dax/autodiff/tape.hpp>
+#include <dax/autodiff/grad.hpp>

@@ -56,6 +56,11 @@ namespace detail {
 template <class T>
 std::vector<T> gather_to_host(const DistArray<T>& x);
 
+template <class T>
+struct is_dist_array : std::false_type {};
+template <class T>
+struct is_dist_array<DistArray<T>> : std::true_type {};
+
 /// A piece stored with its last two dimensions swapped (a lazy matrix transpose): matmul hands the
 /// stored piece to BLAS / cuBLAS with a transpose flag; any other reader gets the row-major copy,
 /// made on first read and shared by every copy of the array.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <dax/array/dist_array.hpp>
+#include <dax/array/trace.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/sharding/build.hpp>
 
@@ -47,14 +48,22 @@ DistArray<T> transpose(const DistArray<T>& x, std::vector<int> perm = {}) {
     dims[i] = x.sharding().dim_axes(perm[i]);
   }
   const NamedSharding sharding = detail::make_sharding(x.sharding().mesh(), dims, x.sharding().unreduced_axes());
-  if (!x.is_addressable()) return DistArray<T>(shape, sharding, nullptr);
-  if (detail::swaps_last_two(perm)) {
-    if (x.stores_swapped()) return DistArray<T>(shape, sharding, x.stored_buffer());  // transposed back
-    return DistArray<T>::swapped_view(shape, sharding, x.buffer());
-  }
-  auto buffer = detail::dev::allocate(x.local_size() * sizeof(T));
-  detail::dev::permute(x.local_data().data(), x.local_shape(), perm, static_cast<T*>(buffer->data()));
-  return DistArray<T>(shape, sharding, std::move(buffer));
+  DistArray<T> out = [&] {
+    if (!x.is_addressable()) return DistArray<T>(shape, sharding, nullptr);
+    if (detail::swaps_last_two(perm)) {
+      if (x.stores_swapped()) return DistArray<T>(shape, sharding, x.stored_buffer());  // transposed back
+      return DistArray<T>::swapped_view(shape, sharding, x.buffer());
+    }
+    auto buffer = detail::dev::allocate(x.local_size() * sizeof(T));
+    detail::dev::permute(x.local_data().data(), x.local_shape(), perm, static_cast<T*>(buffer->data()));
+    return DistArray<T>(shape, sharding, std::move(buffer));
+  }();
+  detail::record("transpose", out, [&](auto) {  // the cotangent goes back through the inverse permutation
+    std::vector<int> inverse(n);
+    for (int i = 0; i < n; ++i) inverse[perm[i]] = i;
+    return [inverse](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(transpose(g, inverse))}; };
+  }, x);
+  return out;
 }
 
 template <class Elem>
@@ -63,3 +72,16 @@ DistArray<Elem> DistArray<Elem>::T() const {
 }
 
 }  // namespace dax
+
+namespace dax::detail {
+
+/// x with its last two dimensions swapped: a view (see transpose), for GEMM operands.
+template <class T>
+DistArray<T> transpose_last_two(const DistArray<T>& x) {
+  std::vector<int> perm(x.ndim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(x, perm);
+}
+
+}  // namespace dax::detail

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/trace.hpp>
 #include <dax/core/hash.hpp>
 #include <dax/manual/collectives.hpp>
 #include <dax/manual/context.hpp>
@@ -20,10 +21,6 @@
 namespace dax {
 namespace detail {
 
-template <class A>
-struct is_dist_array : std::false_type {};
-template <class T>
-struct is_dist_array<DistArray<T>> : std::true_type {};
 
 template <class R>
 struct is_tuple : std::false_type {};
@@ -158,6 +155,8 @@ class ShardMapped {
       const PartitionSpec& spec = in_specs_[i];
       DAX_CHECK(arg.sharding().mesh() == mesh_, "shard_map: argument ", i, " is on ", to_string(arg.sharding().mesh()),
                 " but the shard_map's mesh is ", to_string(mesh_));
+      // Gradients through shard_map need replication typing of its body (docs/autodiff.md): not yet.
+      detail::no_gradient("shard_map", arg);
       const NamedSharding target(mesh_, spec);
       target.check_rank(arg.shape());
       for (size_t d = 0; d < spec.size(); ++d) {

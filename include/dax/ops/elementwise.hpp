@@ -11,6 +11,8 @@
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
 #include <dax/backend/device_ops.hpp>
+#include <dax/array/trace.hpp>
+#include <dax/ops/elementwise_vjp.hpp>
 #include <dax/ops/functors.hpp>
 #include <dax/ops/elementwise_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
@@ -50,14 +52,52 @@ DistArray<Out> map(Linearity linearity, F f, const DistArray<T>&... xs) {
 }  // namespace detail
 
 // ---- binary ops between arrays ----
+// Each op records its pullback while a gradient is being taken (array/trace.hpp); the cotangents
+// are fused kernels (elementwise_vjp.hpp) summed back to each operand's shape.
+namespace detail {
+
+/// The cotangent `g` (of a broadcast result) for an operand of shape `shape`, if `need`.
+template <class T>
+AnyArray cotangent_for(bool need, const DistArray<T>& g, const Shape& shape) {
+  return need ? AnyArray(sum_to(g, shape)) : AnyArray();
+}
+
+/// g . f(g, saved...) as one kernel, summed to `shape`, if `need`.
+template <class F, class T, class... S>
+AnyArray fused_cotangent(bool need, F f, const Shape& shape, const DistArray<T>& g, const DistArray<S>&... saved) {
+  return need ? AnyArray(sum_to(map<T>(Linearity::scaling, f, g, saved...), shape)) : AnyArray();
+}
+
+}  // namespace detail
+
 template <class T> DistArray<T> add(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::additive, detail::fn::Add{}, a, b);
+  auto out = detail::map<T>(detail::Linearity::additive, detail::fn::Add{}, a, b);
+  detail::record("add", out, [&](auto need) {
+    return [need, as = a.shape(), bs = b.shape()](const DistArray<T>& g) {
+      return detail::Cotangents{detail::cotangent_for(need[0], g, as), detail::cotangent_for(need[1], g, bs)};
+    };
+  }, a, b);
+  return out;
 }
 template <class T> DistArray<T> subtract(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::additive, detail::fn::Subtract{}, a, b);
+  auto out = detail::map<T>(detail::Linearity::additive, detail::fn::Subtract{}, a, b);
+  detail::record("subtract", out, [&](auto need) {
+    return [need, as = a.shape(), bs = b.shape()](const DistArray<T>& g) {
+      return detail::Cotangents{detail::cotangent_for(need[0], g, as),
+                                need[1] ? detail::AnyArray(detail::sum_to(neg(g), bs)) : detail::AnyArray()};
+    };
+  }, a, b);
+  return out;
 }
 template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::scaling, detail::fn::Multiply{}, a, b);
+  auto out = detail::map<T>(detail::Linearity::scaling, detail::fn::Multiply{}, a, b);
+  detail::record("multiply", out, [&](auto need) {
+    return [need, a, b](const DistArray<T>& g) {
+      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::Multiply{}, a.shape(), g, b),
+                                detail::fused_cotangent(need[1], detail::fn::Multiply{}, b.shape(), g, a)};
+    };
+  }, a, b);
+  return out;
 }
 /// Division keeps partial sums only for floating types: integer division does not distribute.
 template <class T>
@@ -65,16 +105,44 @@ inline constexpr detail::Linearity division_linearity =
     detail::is_floating_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
 
 template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(division_linearity<T>, detail::fn::Divide{}, a, b);
+  auto out = detail::map<T>(division_linearity<T>, detail::fn::Divide{}, a, b);
+  detail::record("divide", out, [&](auto need) {
+    return [need, a, b](const DistArray<T>& g) {
+      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::Divide{}, a.shape(), g, b),
+                                detail::fused_cotangent(need[1], detail::fn::DivideGradB{}, b.shape(), g, a, b)};
+    };
+  }, a, b);
+  return out;
 }
 template <class T> DistArray<T> pow(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Pow{}, a, b);
+  auto out = detail::map<T>(detail::Linearity::none, detail::fn::Pow{}, a, b);
+  detail::record("pow", out, [&](auto need) {
+    return [need, a, b](const DistArray<T>& g) {
+      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::PowGradA{}, a.shape(), g, a, b),
+                                detail::fused_cotangent(need[1], detail::fn::PowGradB{}, b.shape(), g, a, b)};
+    };
+  }, a, b);
+  return out;
 }
 template <class T> DistArray<T> maximum(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Maximum{}, a, b);
+  auto out = detail::map<T>(detail::Linearity::none, detail::fn::Maximum{}, a, b);
+  detail::record("maximum", out, [&](auto need) {
+    return [need, a, b](const DistArray<T>& g) {
+      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::MaximumGradA{}, a.shape(), g, a, b),
+                                detail::fused_cotangent(need[1], detail::fn::MaximumGradA{}, b.shape(), g, b, a)};
+    };
+  }, a, b);
+  return out;
 }
 template <class T> DistArray<T> minimum(const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Minimum{}, a, b);
+  auto out = detail::map<T>(detail::Linearity::none, detail::fn::Minimum{}, a, b);
+  detail::record("minimum", out, [&](auto need) {
+    return [need, a, b](const DistArray<T>& g) {
+      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::MinimumGradA{}, a.shape(), g, a, b),
+                                detail::fused_cotangent(need[1], detail::fn::MinimumGradA{}, b.shape(), g, b, a)};
+    };
+  }, a, b);
+  return out;
 }
 
 template <class T> DistArray<T> operator+(const DistArray<T>& a, const DistArray<T>& b) { return add(a, b); }
@@ -101,58 +169,108 @@ DAX_COMPARISON(greater_equal, GreaterEqual, >=)
 /// cond ? a : b, elementwise, broadcasting all three.
 template <class T>
 DistArray<T> where(const DistArray<bool>& cond, const DistArray<T>& a, const DistArray<T>& b) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Where{}, cond, a, b);
+  auto out = detail::map<T>(detail::Linearity::none, detail::fn::Where{}, cond, a, b);
+  detail::record("where", out, [&](auto need) {
+    return [need, cond, as = a.shape(), bs = b.shape()](const DistArray<T>& g) {
+      return detail::Cotangents{detail::AnyArray(),
+                                detail::fused_cotangent(need[1], detail::fn::WhereTrue{}, as, g, cond),
+                                detail::fused_cotangent(need[2], detail::fn::WhereFalse{}, bs, g, cond)};
+    };
+  }, cond, a, b);
+  return out;
 }
 
-/// The array converted elementwise to U.
+/// The array converted elementwise to U. Differentiable between floating types (the cotangent is
+/// converted back); a conversion to an integer type ends the gradient.
 template <class U, class T>
 DistArray<U> astype(const DistArray<T>& x) {
-  return detail::map<U>(detail::Linearity::none, detail::fn::Cast<U>{}, x);
+  auto out = detail::map<U>(detail::Linearity::none, detail::fn::Cast<U>{}, x);
+  if constexpr (detail::is_floating_v<T>) {
+    detail::record("astype", out, [&](auto) {
+      return [](const DistArray<U>& g) { return detail::Cotangents{detail::AnyArray(astype<T>(g))}; };
+    }, x);
+  }
+  return out;
 }
 
 // ---- with scalars ----
 template <class T, class S>
 concept Scalar = (std::is_arithmetic_v<S> || detail::is_float16_v<S>) && !std::is_same_v<S, bool>;
 
+namespace detail {
+
+/// out = f(a, s) or f(s, a) elementwise, recording `grad(g, a, out)` as a's cotangent.
+template <class T, class F, class Grad>
+DistArray<T> scalar_op(const char* name, Linearity linearity, F f, const DistArray<T>& a, Grad grad) {
+  auto out = map<T>(linearity, f, a);
+  record(name, out, [&](auto) {
+    return [grad, a, out](const DistArray<T>& g) { return Cotangents{AnyArray(grad(g, a, out))}; };
+  }, a);
+  return out;
+}
+
+}  // namespace detail
+
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator+(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Add, T>{T(s)}, a);
+  return detail::scalar_op("add", detail::Linearity::none, detail::fn::BindRight<detail::fn::Add, T>{T(s)}, a,
+                           [](const auto& g, const auto&, const auto&) { return g; });
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator+(S s, const DistArray<T>& a) { return a + s; }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator-(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Subtract, T>{T(s)}, a);
+  return detail::scalar_op("subtract", detail::Linearity::none, detail::fn::BindRight<detail::fn::Subtract, T>{T(s)},
+                           a, [](const auto& g, const auto&, const auto&) { return g; });
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator-(S s, const DistArray<T>& a) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Subtract, T>{T(s)}, a);
+  return detail::scalar_op("subtract", detail::Linearity::none, detail::fn::BindLeft<detail::fn::Subtract, T>{T(s)},
+                           a, [](const auto& g, const auto&, const auto&) { return neg(g); });
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator*(const DistArray<T>& a, S s) {  // exact on partial sums: stays unreduced
-  return detail::map<T>(detail::Linearity::scaling, detail::fn::BindRight<detail::fn::Multiply, T>{T(s)}, a);
+  return detail::scalar_op("multiply", detail::Linearity::scaling, detail::fn::BindRight<detail::fn::Multiply, T>{T(s)},
+                           a, [s](const auto& g, const auto&, const auto&) { return g * s; });
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator*(S s, const DistArray<T>& a) { return a * s; }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> operator/(const DistArray<T>& a, S s) {
-  return detail::map<T>(division_linearity<T>, detail::fn::BindRight<detail::fn::Divide, T>{T(s)}, a);
+  return detail::scalar_op("divide", division_linearity<T>, detail::fn::BindRight<detail::fn::Divide, T>{T(s)}, a,
+                           [s](const auto& g, const auto&, const auto&) { return g / s; });
 }
 template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator/(S s, const DistArray<T>& a) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Divide, T>{T(s)}, a);
+DistArray<T> operator/(S s, const DistArray<T>& a) {  // d(s/a) = -g s / a^2
+  return detail::scalar_op("divide", detail::Linearity::none, detail::fn::BindLeft<detail::fn::Divide, T>{T(s)}, a,
+                           [s](const auto& g, const auto& x, const auto&) {
+                             const auto numerator = full<T>(Shape{}, T(s), NamedSharding(x.sharding().mesh(), P()));
+                             return detail::map<T>(detail::Linearity::scaling, detail::fn::DivideGradB{}, g, numerator, x);
+                           });
 }
 template <class T, class S> requires Scalar<T, S>
-DistArray<T> pow(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Pow, T>{T(s)}, a);
+DistArray<T> pow(const DistArray<T>& a, S s) {  // g s a^(s-1)
+  return detail::scalar_op("pow", detail::Linearity::none, detail::fn::BindRight<detail::fn::Pow, T>{T(s)}, a,
+                           [s](const auto& g, const auto& x, const auto&) {
+                             return g * detail::map<T>(detail::Linearity::none,
+                                                       detail::fn::BindRight<detail::fn::Pow, T>{T(s - S(1))}, x) * s;
+                           });
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> maximum(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Maximum, T>{T(s)}, a);
+  return detail::scalar_op("maximum", detail::Linearity::none, detail::fn::BindRight<detail::fn::Maximum, T>{T(s)}, a,
+                           [s](const auto& g, const auto& x, const auto&) {
+                             const auto bound = full<T>(Shape{}, T(s), NamedSharding(x.sharding().mesh(), P()));
+                             return detail::map<T>(detail::Linearity::scaling, detail::fn::MaximumGradA{}, g, x, bound);
+                           });
 }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> minimum(const DistArray<T>& a, S s) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Minimum, T>{T(s)}, a);
+  return detail::scalar_op("minimum", detail::Linearity::none, detail::fn::BindRight<detail::fn::Minimum, T>{T(s)}, a,
+                           [s](const auto& g, const auto& x, const auto&) {
+                             const auto bound = full<T>(Shape{}, T(s), NamedSharding(x.sharding().mesh(), P()));
+                             return detail::map<T>(detail::Linearity::scaling, detail::fn::MinimumGradA{}, g, x, bound);
+                           });
 }
 
 // ---- in place: the name rebinds to the result (arrays are immutable values) ----
@@ -162,35 +280,59 @@ template <class T, class B> DistArray<T>& operator*=(DistArray<T>& a, const B& b
 template <class T, class B> DistArray<T>& operator/=(DistArray<T>& a, const B& b) { return a = a / b; }
 
 // ---- unary ----
+namespace detail {
+
+/// out = f(x), recording x's cotangent as the fused kernel grad(g, x) or grad(g, out).
+template <class T, class F, class Grad, bool UsesOutput = false>
+DistArray<T> unary_op(const char* name, Linearity linearity, F f, const DistArray<T>& x, Grad grad) {
+  auto out = map<T>(linearity, f, x);
+  record(name, out, [&](auto) {
+    return [x = UsesOutput ? out : x](const DistArray<T>& g) {
+      return Cotangents{AnyArray(map<T>(Linearity::scaling, Grad{}, g, x))};
+    };
+  }, x);
+  return out;
+}
+
+}  // namespace detail
+
 template <class T> DistArray<T> neg(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::additive, detail::fn::Negate{}, x);
+  auto out = detail::map<T>(detail::Linearity::additive, detail::fn::Negate{}, x);
+  detail::record("neg", out, [&](auto) {
+    return [](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(neg(g))}; };
+  }, x);
+  return out;
 }
 template <class T> DistArray<T> operator-(const DistArray<T>& x) { return neg(x); }
 template <class T> DistArray<T> abs(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Abs{}, x);
+  return detail::unary_op("abs", detail::Linearity::none, detail::fn::Abs{}, x, detail::fn::AbsGradX{});
 }
 template <class T> DistArray<T> square(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Square{}, x);
+  return detail::unary_op("square", detail::Linearity::none, detail::fn::Square{}, x, detail::fn::SquareGradX{});
 }
 template <class T> DistArray<T> relu(const DistArray<T>& x) {
-  return detail::map<T>(detail::Linearity::none, detail::fn::Relu{}, x);
+  return detail::unary_op("relu", detail::Linearity::none, detail::fn::Relu{}, x, detail::fn::ReluGradX{});
 }
 
-#define DAX_FLOAT_UNARY(name, Fn)                                      \
-  template <class T>                                                   \
-    requires detail::is_floating_v<T>                                  \
-  DistArray<T> name(const DistArray<T>& x) {                           \
-    return detail::map<T>(detail::Linearity::none, detail::fn::Fn{}, x); \
+// Each with its cotangent: a fused kernel of g and the saved input (X) or output (Y).
+#define DAX_FLOAT_UNARY(name, Fn, Grad, uses_output)                                              \
+  template <class T>                                                                              \
+    requires detail::is_floating_v<T>                                                             \
+  DistArray<T> name(const DistArray<T>& x) {                                                      \
+    return detail::unary_op<T, detail::fn::Fn, detail::fn::Grad, uses_output>(                    \
+        #name, detail::Linearity::none, detail::fn::Fn{}, x, detail::fn::Grad{});                 \
   }
-DAX_FLOAT_UNARY(exp, Exp)
-DAX_FLOAT_UNARY(log, Log)
-DAX_FLOAT_UNARY(sqrt, Sqrt)
-DAX_FLOAT_UNARY(rsqrt, Rsqrt)
-DAX_FLOAT_UNARY(sin, Sin)
-DAX_FLOAT_UNARY(cos, Cos)
-DAX_FLOAT_UNARY(tanh, Tanh)
-DAX_FLOAT_UNARY(sigmoid, Sigmoid)
-DAX_FLOAT_UNARY(gelu, Gelu)  // the tanh approximation, as jax.nn.gelu's default
+DAX_FLOAT_UNARY(exp, Exp, Multiply, true)
+DAX_FLOAT_UNARY(log, Log, Divide, false)
+DAX_FLOAT_UNARY(sqrt, Sqrt, SqrtGradY, true)
+DAX_FLOAT_UNARY(rsqrt, Rsqrt, RsqrtGradX, false)
+DAX_FLOAT_UNARY(sin, Sin, SinGradX, false)
+DAX_FLOAT_UNARY(cos, Cos, CosGradX, false)
+DAX_FLOAT_UNARY(tanh, Tanh, TanhGradY, true)
+DAX_FLOAT_UNARY(sigmoid, Sigmoid, SigmoidGradY, true)
+DAX_FLOAT_UNARY(gelu, Gelu, GeluGradX, false)  // the tanh approximation, as jax.nn.gelu's default
 #undef DAX_FLOAT_UNARY
 
 }  // namespace dax
+
+#include <dax/ops/reduction.hpp>  // defines sum_to, which the pullbacks use

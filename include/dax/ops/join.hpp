@@ -6,12 +6,34 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/trace.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/functors.hpp>
 #include <dax/ops/shape.hpp>
 #include <dax/sharding/build.hpp>
 
 namespace dax {
+namespace detail {
+
+/// The cotangent of a unit-step slice: g placed at `lo` inside zeros of `shape` (each device writes
+/// its own piece; the sliced dimensions are unsplit in g, the others split alike).
+template <class T>
+DistArray<T> pad_into(const DistArray<T>& g, const Shape& shape, const std::vector<int64_t>& lo) {
+  const NamedSharding& s = g.sharding();
+  if (!g.is_addressable()) return DistArray<T>(shape, s, nullptr);
+  const Box piece = s.device_indices(Runtime::current().rank(), shape);
+  auto buffer = dev::allocate(numel(piece) * sizeof(T));
+  dev::fill(static_cast<T*>(buffer->data()), numel(piece), T(0));
+  if (numel(g.local_index()) > 0) {
+    Box placed = g.local_index();
+    for (size_t d = 0; d < lo.size(); ++d) placed[d] = {placed[d].start + lo[d], placed[d].stop + lo[d]};
+    dev::copy_region(g.local_data().data(), placed, static_cast<T*>(buffer->data()), piece, placed);
+  }
+  return DistArray<T>(shape, s, std::move(buffer));
+}
+
+}  // namespace detail
+
 /// x[start:stop:step] along each dimension (missing entries take the whole dimension; step > 0).
 template <class T>
 DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, const std::vector<int64_t>& stop,
@@ -32,12 +54,30 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
     by[d] = step[d];
     if (shape[d] != x.shape()[d] || a != 0) s = detail::unsplit(s, n, d);
   }
+  const auto record_slice = [](DistArray<T>& out, const DistArray<T>& x, const std::vector<int64_t>& lo,
+                                 const std::vector<int64_t>& by) {
+    detail::record("slice", out, [&](auto) {
+      for (int64_t b : by)
+        DAX_CHECK(b == 1, "slice: no gradient rule for a strided slice (step ", b, "); slice with step 1");
+      return [from = x.shape(), lo](const DistArray<T>& g) {
+        return detail::Cotangents{detail::AnyArray(detail::pad_into(g, from, lo))};
+      };
+    }, x);
+  };
   const DistArray<T> in = detail::moved_to(x, s);
-  if (!in.is_addressable()) return DistArray<T>(shape, s, nullptr);
+  if (!in.is_addressable()) {
+    DistArray<T> out(shape, s, nullptr);
+    record_slice(out, x, lo, by);
+    return out;
+  }
   const Box piece = s.device_indices(Runtime::current().rank(), shape);
   const Box src = in.local_index();
   auto buffer = detail::dev::allocate(numel(piece) * sizeof(T));
-  if (numel(piece) == 0) return DistArray<T>(shape, s, std::move(buffer));
+  if (numel(piece) == 0) {
+    DistArray<T> out(shape, s, std::move(buffer));
+    record_slice(out, x, lo, by);
+    return out;
+  }
   // out[j] = in[lo + (piece.start + j) * step] (indices relative to each piece): one strided read,
   // its offset and strides in the local input.
   std::vector<int64_t> strides(n);
@@ -49,7 +89,9 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
   }
   detail::dev::broadcast_map(static_cast<T*>(buffer->data()), box_shape(piece), {std::move(strides)}, detail::fn::Identity{},
                              in.local_data().data() + base);
-  return DistArray<T>(shape, s, std::move(buffer));
+  DistArray<T> out(shape, s, std::move(buffer));
+  record_slice(out, x, lo, by);
+  return out;
 }
 
 /// The arrays joined along `axis` (same mesh; equal shapes elsewhere). The result is laid out like
@@ -89,7 +131,25 @@ DistArray<T> concatenate(const std::vector<DistArray<T>>& xs, int axis = 0) {
     detail::dev::copy_region(p.local_data().data(), src_block, static_cast<T*>(buffer->data()), piece, placed);
     offset += p.shape()[d];
   }
-  return DistArray<T>(shape, s, std::move(buffer));
+  DistArray<T> out(shape, s, std::move(buffer));
+  detail::record_list("concatenate", out, [&](const std::vector<bool>& need) {
+    std::vector<Shape> shapes;
+    for (const auto& x : xs) shapes.push_back(x.shape());
+    return [need, shapes, d](const DistArray<T>& g) {  // each input's cotangent is its slice of g
+      detail::Cotangents out;
+      int64_t at = 0;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        std::vector<int64_t> start(d + 1, 0), stop(d + 1);
+        for (size_t k = 0; k < d; ++k) stop[k] = shapes[i][k];
+        start[d] = at;
+        stop[d] = at + shapes[i][d];
+        at = stop[d];
+        out.push_back(need[i] ? detail::AnyArray(slice(g, start, stop)) : detail::AnyArray());
+      }
+      return out;
+    };
+  }, xs);
+  return out;
 }
 
 /// The arrays (equal shapes) stacked along a new dimension `axis`.

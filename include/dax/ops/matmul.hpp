@@ -8,6 +8,7 @@
 #include <string>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/trace.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/matmul_rule.hpp>
@@ -32,10 +33,12 @@ const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
   });
 }
 
+/// `keep_unreduced`: the result is laid out by `out`'s dimensions but partial sums over the split
+/// contraction stay unreduced (a cotangent, reduced once where its consumer needs it: DESIGN §6).
 template <class T>
 DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
-                       bool a_vector, bool b_vector) {
-  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector);
+                       bool a_vector, bool b_vector, bool keep_unreduced = false) {
+  const MatmulRule& rule = matmul_rule_for(a, b, keep_unreduced ? std::nullopt : out, a_vector, b_vector);
   const MatmulCandidate& c = rule.best();
   const DistArray<T> am = moved_to(a, c.a), bm = moved_to(b, c.b);
   Runtime& rt = Runtime::current();
@@ -46,7 +49,27 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
   dev::batched_gemm(static_cast<const T*>(am.stored_buffer()->data()), am.local_shape(),
                     static_cast<const T*>(bm.stored_buffer()->data()), bm.local_shape(),
                     static_cast<T*>(buffer->data()), local, am.stores_swapped(), bm.stores_swapped());
-  return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), rule.target);
+  NamedSharding target = rule.target;
+  if (keep_unreduced && out) {  // partial sums stay, except over axes `out` splits a dimension with
+    std::vector<int> keep = out->unreduced_axes();
+    for (int x : c.out.unreduced_axes())
+      if (!out->splits(x) && !has_axis(keep, x)) keep.push_back(x);
+    std::sort(keep.begin(), keep.end());
+    target = with_unreduced_axes(*out, rule.out_shape.size(), keep);
+  }
+  return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), target);
+}
+
+/// The cotangents of c = a @ b (operands of rank >= 2, batch dims broadcast): dA = g @ B^T and
+/// dB = A^T @ g, the transposes as views (BLAS flags, no copies), each laid out like its operand
+/// with the contraction's partial sums left unreduced, then summed over broadcast batch dims.
+template <class T>
+Cotangents matmul_cotangents(const DistArray<T>& g, const DistArray<T>& a, const DistArray<T>& b, bool need_a,
+                             bool need_b) {
+  Cotangents out(2);
+  if (need_a) out[0] = AnyArray(sum_to(matmul_nd(g, transpose_last_two(b), a.sharding(), false, false, true), a.shape()));
+  if (need_b) out[1] = AnyArray(sum_to(matmul_nd(transpose_last_two(a), g, b.sharding(), false, false, true), b.shape()));
+  return out;
 }
 
 }  // namespace detail
@@ -61,12 +84,29 @@ DistArray<T> matmul(const DistArray<T>& a, const DistArray<T>& b,
   const bool av = a.ndim() == 1, bv = b.ndim() == 1;
   const DistArray<T> a2 = av ? detail::insert_unit_dim(a, 0) : a;
   const DistArray<T> b2 = bv ? detail::insert_unit_dim(b, 1) : b;
-  if (!av && !bv) return detail::matmul_nd(a2, b2, out, false, false);
-  // The result of the 2-d product, then the added dimensions dropped.
-  DistArray<T> r = detail::matmul_nd(a2, b2, std::nullopt, av, bv);
-  if (bv) r = detail::drop_unit_dim(r, r.ndim() - 1);
-  if (av) r = detail::drop_unit_dim(r, r.ndim() - 2 + (bv ? 1 : 0));
-  return out ? reshard(r, *out) : r;
+  DistArray<T> r = [&] {
+    if (!av && !bv) return detail::matmul_nd(a2, b2, out, false, false);
+    // The result of the 2-d product, then the added dimensions dropped.
+    DistArray<T> r = detail::matmul_nd(a2, b2, std::nullopt, av, bv);
+    if (bv) r = detail::drop_unit_dim(r, r.ndim() - 1);
+    if (av) r = detail::drop_unit_dim(r, r.ndim() - 2 + (bv ? 1 : 0));
+    return out ? detail::moved_to(r, *out) : r;
+  }();
+  detail::record("matmul", r, [&](auto need) {
+    return [need, a2, b2, av, bv](const DistArray<T>& g) {
+      DistArray<T> g2 = g;  // the added unit dimensions back in place
+      if (av) g2 = detail::insert_unit_dim(g2, g2.ndim() - (bv ? 0 : 1));
+      if (bv) g2 = detail::insert_unit_dim(g2, g2.ndim());
+      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need[0], need[1]);
+      if (av && need[0]) c[0] = detail::AnyArray(detail::drop_unit_dim(c[0].template as<T>(), 0));
+      if (bv && need[1]) {
+        const auto& cb = c[1].template as<T>();
+        c[1] = detail::AnyArray(detail::drop_unit_dim(cb, cb.ndim() - 1));
+      }
+      return c;
+    };
+  }, a, b);
+  return r;
 }
 
 /// Inner product of two 1-d arrays (a scalar array), or matmul for higher ranks.

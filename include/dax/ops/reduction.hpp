@@ -81,11 +81,48 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
   return DistArray<T>(rule.out_shape, rule.partial, std::move(buffer));
 }
 
+template <class T>
+DistArray<T> sum_to(const DistArray<T>& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const size_t lead = g.shape().size() - shape.size();
+  std::vector<int> dims;
+  for (size_t d = 0; d < g.shape().size(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) dims.push_back(static_cast<int>(d));
+  DistArray<T> r = reduce(g, dims, true, ReduceOp::sum, T(0), fn::Add{}, "sum");  // partial sums stay
+  for (size_t d = 0; d < lead; ++d) r = drop_unit_dim(r, 0);
+  return r;
+}
+
+/// The cotangent of a reduction's result stretched back over the reduced dimensions of an input
+/// `x` (its shape and sharding): `g` has the reduced dimensions (keepdims) or not.
+template <class T>
+DistArray<T> unreduce(const DistArray<T>& g, const DistArray<T>& x, const std::vector<bool>& flags, bool keepdims) {
+  DistArray<T> k = g;
+  if (!keepdims)
+    for (size_t d = 0; d < flags.size(); ++d)
+      if (flags[d]) k = insert_unit_dim(k, d);
+  return broadcast_in(k, x.shape(), x.sharding());
+}
+
 /// The reduced version of a partial result: `out` if given, else the same layout without
 /// unreduced axes.
 template <class T>
 DistArray<T> finish(const DistArray<T>& partial, const std::optional<NamedSharding>& out) {
   return reshard(partial, out ? *out : with_unreduced_axes(partial.sharding(), partial.ndim(), {}));
+}
+
+/// max / min: the cotangent goes to the elements equal to the result, split evenly among ties.
+template <class T>
+void record_chooser(const char* name, DistArray<T>& out, const DistArray<T>& x, const std::vector<int>& dims,
+                    bool keepdims) {
+  record(name, out, [&](auto) {
+    return [x, dims, keepdims, out](const DistArray<T>& g) {
+      const auto flags = reduced_dims(x.shape(), dims, "max");
+      const DistArray<T> at = astype<T>(equal(x, unreduce(out, x, flags, keepdims)));
+      const DistArray<T> count = reduce(at, dims, true, ReduceOp::sum, T(0), fn::Add{}, "sum");
+      return Cotangents{AnyArray(unreduce(g, x, flags, keepdims) * at / finish(count, std::nullopt))};
+    };
+  }, x);
 }
 
 }  // namespace detail
@@ -96,9 +133,16 @@ DistArray<T> finish(const DistArray<T>& partial, const std::optional<NamedShardi
 template <class T>
 DistArray<T> sum(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false,
                  const std::optional<NamedSharding>& out = std::nullopt) {
-  return detail::finish(detail::reduce(x, dims, keepdims, detail::ReduceOp::sum, T(0),
-                                       detail::fn::Add{}, "sum"),
-                        out);
+  auto r = detail::finish(detail::reduce(x, dims, keepdims, detail::ReduceOp::sum, T(0), detail::fn::Add{}, "sum"),
+                          out);
+  // The cotangent is stretched back with no communication (DESIGN §6).
+  detail::record("sum", r, [&](auto) {
+    return [x, dims, keepdims](const DistArray<T>& g) {
+      return detail::Cotangents{
+          detail::AnyArray(detail::unreduce(g, x, detail::reduced_dims(x.shape(), dims, "sum"), keepdims))};
+    };
+  }, x);
+  return r;
 }
 
 /// The average over `dims`. 16-bit arrays are averaged in float and rounded once (as jnp.mean),
@@ -120,18 +164,23 @@ DistArray<T> mean(const DistArray<T>& x, const std::vector<int>& dims = {}, bool
 
 template <class T>
 DistArray<T> max(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
-  return detail::reduce(x, dims, keepdims, detail::ReduceOp::max, detail::lowest_value<T>(),
-                        detail::fn::Maximum{}, "max");
+  auto r = detail::reduce(x, dims, keepdims, detail::ReduceOp::max, detail::lowest_value<T>(),
+                          detail::fn::Maximum{}, "max");
+  detail::record_chooser("max", r, x, dims, keepdims);
+  return r;
 }
 
 template <class T>
 DistArray<T> min(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
-  return detail::reduce(x, dims, keepdims, detail::ReduceOp::min, detail::highest_value<T>(),
-                        detail::fn::Minimum{}, "min");
+  auto r = detail::reduce(x, dims, keepdims, detail::ReduceOp::min, detail::highest_value<T>(),
+                          detail::fn::Minimum{}, "min");
+  detail::record_chooser("min", r, x, dims, keepdims);
+  return r;
 }
 
 template <class T>
 DistArray<T> prod(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
+  detail::no_gradient("prod", x);
   return detail::reduce(x, dims, keepdims, detail::ReduceOp::prod, T(1), detail::fn::Multiply{},
                         "prod");
 }
@@ -143,7 +192,7 @@ namespace dax {
 /// log(sum(exp(x))) over `dims`, computed stably (the max is taken out first).
 template <class T>
 DistArray<T> logsumexp(const DistArray<T>& x, const std::vector<int>& dims = {}, bool keepdims = false) {
-  const DistArray<T> m = max(x, dims, true);
+  const DistArray<T> m = stop_gradient(max(x, dims, true));  // its gradient terms cancel exactly
   DistArray<T> r = m + log(sum(exp(x - m), dims, true));
   if (keepdims) return r;
   std::vector<int> drop;
@@ -156,7 +205,7 @@ DistArray<T> logsumexp(const DistArray<T>& x, const std::vector<int>& dims = {},
 /// exp(x) / sum(exp(x)) along `axis`, stably.
 template <class T>
 DistArray<T> softmax(const DistArray<T>& x, int axis = -1) {
-  const DistArray<T> e = exp(x - max(x, {axis}, true));
+  const DistArray<T> e = exp(x - stop_gradient(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
 }
 

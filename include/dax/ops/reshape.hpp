@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/trace.hpp>
 #include <dax/reshard/explain.hpp>
 #include <dax/sharding/build.hpp>
 
@@ -84,7 +85,11 @@ template <class T>
 DistArray<T> reshape(const DistArray<T>& x, Shape shape) {
   shape = detail::resolve_shape(x.shape(), std::move(shape));
   const auto rule = detail::reshape_rule(x.shape(), x.sharding(), shape);
-  return DistArray<T>(shape, rule.output, detail::moved_to(x, rule.input).buffer());
+  DistArray<T> out(shape, rule.output, detail::moved_to(x, rule.input).buffer());
+  detail::record("reshape", out, [&](auto) {
+    return [from = x.shape()](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(reshape(g, from))}; };
+  }, x);
+  return out;
 }
 
 /// What a reshape moves: nothing, or the reshard it needs first.

@@ -7,10 +7,12 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/trace.hpp>
 #include <dax/array/transpose.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/functors.hpp>
 #include <dax/ops/elementwise_rule.hpp>
+#include <dax/ops/elementwise_vjp.hpp>
 #include <dax/sharding/build.hpp>
 
 namespace dax {
@@ -55,12 +57,43 @@ inline int normalize_dim(int d, int rank, const char* op) {
   return d < 0 ? d + rank : d;
 }
 
+/// g stretched to `shape` and laid out like `target` (its dimensions' splits), each device
+/// stretching its own piece: the backward of a reduction or a broadcast, which must not replicate
+/// a cotangent the forward value had sharded. g's partial sums stay unreduced (stretching is
+/// linear) unless `target` splits a dimension over one of those axes; then g is reduced first.
+template <class T>
+DistArray<T> broadcast_in(const DistArray<T>& g, const Shape& shape, const NamedSharding& target) {
+  const Mesh& mesh = target.mesh();
+  const size_t lead = shape.size() - g.shape().size();
+  std::vector<int> unreduced = g.sharding().unreduced_axes();
+  auto dims = dims_of(target, shape.size());
+  for (const auto& d : dims)
+    for (int a : d)
+      if (has_axis(unreduced, a)) unreduced.clear();
+  std::vector<std::vector<int>> g_dims(g.shape().size());
+  for (size_t d = 0; d < g_dims.size(); ++d)
+    if (g.shape()[d] == shape[lead + d]) g_dims[d] = dims[lead + d];
+  const NamedSharding out = make_sharding(mesh, dims, unreduced);
+  const DistArray<T> in = moved_to(g, make_sharding(mesh, g_dims, unreduced));
+  if (!in.is_addressable()) return DistArray<T>(shape, out, nullptr);
+  const Shape local = box_shape(out.device_indices(Runtime::current().rank(), shape));
+  auto buffer = dev::allocate(numel(local) * sizeof(T));
+  dev::broadcast_map(static_cast<T*>(buffer->data()), local, {broadcast_strides(in.local_shape(), local)},
+                     fn::Identity{}, in.local_data().data());
+  return DistArray<T>(shape, out, std::move(buffer));
+}
+
 }  // namespace detail
 
 /// x with a new dimension of 1 at `dim` (negative counts from the end of the result).
 template <class T>
 DistArray<T> expand_dims(const DistArray<T>& x, int dim) {
-  return detail::insert_unit_dim(x, detail::normalize_dim(dim, x.ndim() + 1, "expand_dims"));
+  const int d = detail::normalize_dim(dim, x.ndim() + 1, "expand_dims");
+  auto out = detail::insert_unit_dim(x, d);
+  detail::record("expand_dims", out, [&](auto) {
+    return [d](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(squeeze(g, {d}))}; };
+  }, x);
+  return out;
 }
 
 /// x without its dimensions of 1 listed in `dims` (all of them when empty). A split dimension of 1
@@ -82,6 +115,9 @@ DistArray<T> squeeze(const DistArray<T>& x, std::vector<int> dims = {}) {
   DistArray<T> y = detail::moved_to(x, unsplit_dims);
   std::sort(dims.rbegin(), dims.rend());
   for (int d : dims) y = detail::drop_unit_dim(y, d);
+  detail::record("squeeze", y, [&](auto) {
+    return [shape = x.shape()](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(reshape(g, shape))}; };
+  }, x);
   return y;
 }
 
@@ -103,7 +139,11 @@ DistArray<T> broadcast_to(const DistArray<T>& x, const Shape& shape) {
   detail::dev::broadcast_map(static_cast<T*>(buffer->data()), local,
                              {detail::broadcast_strides(in.local_shape(), local)}, detail::fn::Identity{},
                              in.local_data().data());
-  return DistArray<T>(shape, rule.output, std::move(buffer));
+  DistArray<T> out(shape, rule.output, std::move(buffer));
+  detail::record("broadcast_to", out, [&](auto) {
+    return [from = x.shape()](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(detail::sum_to(g, from))}; };
+  }, x);
+  return out;
 }
 
 }  // namespace dax
