@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include <dax/backend/copy_mode.hpp>
@@ -55,9 +54,9 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
                                    context().stream()));
     return;
   }
-  const unsigned grid = grid_blocks(count);
+  const dim3 grid = grid_blocks(count);
   const cudaStream_t stream = context().stream();
-  const bool small = count <= std::numeric_limits<uint32_t>::max();
+  const bool small = fits_uint32(count);
   if (mode == CopyMode::add) {
     if (small)
       copy_region_kernel<true, uint32_t><<<grid, block_threads, 0, stream>>>(src, dst, layout, count);

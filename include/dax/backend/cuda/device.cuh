@@ -5,10 +5,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include <dax/backend/launch_shape.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/core/error.hpp>
 
@@ -171,22 +171,27 @@ inline DeviceContext& context() {
 
 inline void synchronize() { context().synchronize(); }
 
-// ---- launch shape shared by the kernels ----
+// ---- launch shape shared by the kernels (the arithmetic is backend/launch_shape.hpp's) ----
 
-inline constexpr int block_threads = 256;
+using ::dax::detail::block_threads;
 
-/// Blocks for a grid-stride loop over `count` items. Capped: past a few waves of the largest GPU,
-/// more blocks only add scheduling work, each thread loops instead.
-inline unsigned grid_blocks(int64_t count, int64_t per_block = block_threads) {
-  constexpr int64_t max_blocks = 1 << 16;
-  return static_cast<unsigned>(std::clamp<int64_t>((count + per_block - 1) / per_block, 1, max_blocks));
+/// A GridShape as CUDA's dim3; every dimension is within CUDA's limits by construction.
+inline dim3 to_dim3(const GridShape& grid) {
+  return dim3(static_cast<unsigned>(grid.x), static_cast<unsigned>(grid.y), static_cast<unsigned>(grid.z));
+}
+
+/// Blocks for a grid-stride loop over `count` > 0 items (callers return before launching nothing),
+/// `per_block` items per block per pass.
+inline dim3 grid_blocks(int64_t count, int64_t per_block = block_threads) {
+  return to_dim3(loop_grid(count, per_block));
 }
 
 /// Turns a failed launch (bad configuration, or an earlier kernel's fault) into a dax::Error.
 inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
 
 #if defined(__CUDACC__)
-/// First item and step of a grid-stride loop over a 1-d grid, in 64 bits.
+/// First item and step of a grid-stride loop over a 1-d grid, in 64 bits: the products are taken
+/// after widening, so no block index times block size wraps at 2^32.
 __device__ inline int64_t grid_first() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 #endif

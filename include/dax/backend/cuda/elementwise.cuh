@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -59,7 +58,7 @@ void broadcast_map(Out* out, const Shape& shape, const std::array<std::vector<in
     for (size_t d = 0; d < shape.size(); ++d) flat = flat && (shape[d] == 1 || strides[k][d] == dense[d]);
   }
   const cudaStream_t stream = context().stream();
-  const unsigned grid = grid_blocks(count);
+  const dim3 grid = grid_blocks(count);
   if (flat) {
     map_contiguous_kernel<Out, Fn, In...><<<grid, block_threads, 0, stream>>>(out, count, Fn(f), in...);
     check_launch("map_contiguous_kernel");
@@ -68,7 +67,7 @@ void broadcast_map(Out* out, const Shape& shape, const std::array<std::vector<in
   if constexpr (arity > 0) {
     // The output is row-major, so only the operands' strides decide which dimensions merge.
     const Layout<arity> layout = make_layout(coalesce<arity>(shape, strides), "broadcast_map");
-    if (count <= std::numeric_limits<uint32_t>::max())
+    if (fits_uint32(count))
       map_strided_kernel<uint32_t, Out, Fn, In...>
           <<<grid, block_threads, 0, stream>>>(out, count, layout, Fn(f), in...);
     else

@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -40,7 +39,7 @@ void generate(T* data, const Shape& shape, const Box& index, F f) {
   const int64_t base = offset_in(full_box(shape), index);  // flat index of the box's first element
   const Layout<1> layout = make_layout(coalesce<1>(box_shape(index), {row_major_strides(shape)}), "generate");
   const cudaStream_t stream = context().stream();
-  if (count <= std::numeric_limits<uint32_t>::max())
+  if (fits_uint32(count))
     generate_kernel<uint32_t><<<grid_blocks(count), block_threads, 0, stream>>>(data, count, layout, base, f);
   else
     generate_kernel<int64_t><<<grid_blocks(count), block_threads, 0, stream>>>(data, count, layout, base, f);

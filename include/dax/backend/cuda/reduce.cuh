@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -104,8 +103,6 @@ __global__ void __launch_bounds__(block_threads)
   }
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 template <bool Accumulate, class Index, class In, class Acc, class Op>
 void launch_reduce_with(const In* in, const ReduceLayout& layout, bool per_block, int64_t chunk, int64_t parts,
                         Acc* out, const Op& op) {
@@ -125,7 +122,7 @@ void launch_reduce_with(const In* in, const ReduceLayout& layout, bool per_block
 template <bool Accumulate, class In, class Acc, class Op>
 void launch_reduce(const In* in, const ReduceLayout& layout, bool per_block, int64_t chunk, int64_t parts, Acc* out,
                    const Op& op) {
-  if (layout.out_count * layout.reduce_count <= std::numeric_limits<uint32_t>::max())
+  if (fits_uint32(layout.out_count * layout.reduce_count))
     launch_reduce_with<Accumulate, uint32_t>(in, layout, per_block, chunk, parts, out, op);
   else
     launch_reduce_with<Accumulate, int64_t>(in, layout, per_block, chunk, parts, out, op);

@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include <dax/backend/cuda/device.cuh>
@@ -33,25 +32,31 @@ inline constexpr int tile_rows = 8;  // a 32 x 8 block moves a 32 x 32 tile, 4 e
 
 /// in (batch, rows, cols) -> out (batch, cols, rows), row-major. A block reads a tile along in's rows
 /// and writes it along out's rows through shared memory (padded by one column: no bank conflicts).
+/// Grid: x walks tile columns, y tile rows, z the batch; each loops past its grid dimension, which
+/// block_grid keeps within CUDA's limits (65535 in y and z). Every thread of a block runs the same
+/// iterations, so the __syncthreads() inside are reached by all.
 template <class T>
 __global__ void __launch_bounds__(tile_size* tile_rows)
     transpose_tiles_kernel(const T* in, T* out, int64_t batch, int64_t rows, int64_t cols) {
   __shared__ alignas(T) unsigned char storage[tile_size * (tile_size + 1) * sizeof(T)];
   T(*tile)[tile_size + 1] = reinterpret_cast<T(*)[tile_size + 1]>(storage);
   const int64_t tiles_r = (rows + tile_size - 1) / tile_size, tiles_c = (cols + tile_size - 1) / tile_size;
-  const int64_t total = batch * tiles_r * tiles_c;
   const int x = static_cast<int>(threadIdx.x), y = static_cast<int>(threadIdx.y);
-  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    const int64_t b = t / (tiles_r * tiles_c), rest = t - b * tiles_r * tiles_c;
-    const int64_t r0 = rest / tiles_c * tile_size, c0 = rest % tiles_c * tile_size;
+  for (int64_t b = blockIdx.z; b < batch; b += gridDim.z) {
     const T* src = in + b * rows * cols;
     T* dst = out + b * rows * cols;
-    for (int i = y; i < tile_size; i += tile_rows)
-      if (r0 + i < rows && c0 + x < cols) tile[i][x] = src[(r0 + i) * cols + c0 + x];
-    __syncthreads();
-    for (int i = y; i < tile_size; i += tile_rows)
-      if (c0 + i < cols && r0 + x < rows) dst[(c0 + i) * rows + r0 + x] = tile[x][i];
-    __syncthreads();  // the tile is read before the next iteration overwrites it
+    for (int64_t tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+      const int64_t r0 = tr * tile_size;
+      for (int64_t tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+        const int64_t c0 = tc * tile_size;
+        for (int i = y; i < tile_size; i += tile_rows)
+          if (r0 + i < rows && c0 + x < cols) tile[i][x] = src[(r0 + i) * cols + c0 + x];
+        __syncthreads();
+        for (int i = y; i < tile_size; i += tile_rows)
+          if (c0 + i < cols && r0 + x < rows) dst[(c0 + i) * rows + r0 + x] = tile[x][i];
+        __syncthreads();  // the tile is read before the next iteration overwrites it
+      }
+    }
   }
 }
 
@@ -88,14 +93,13 @@ void permute(const T* in, const Shape& in_shape, const std::vector<int>& perm, T
     batch = e[0], rows = e[2], cols = e[1];
   }
   if (batch > 0 && rows >= tile_size / 2 && cols >= tile_size / 2) {
-    const int64_t tiles = batch * ((rows + tile_size - 1) / tile_size) * ((cols + tile_size - 1) / tile_size);
-    transpose_tiles_kernel<<<grid_blocks(tiles, 1), dim3(tile_size, tile_rows), 0, stream>>>(in, out, batch, rows,
-                                                                                             cols);
+    const GridShape grid = block_grid(ceil_div(cols, tile_size), ceil_div(rows, tile_size), batch);
+    transpose_tiles_kernel<<<to_dim3(grid), dim3(tile_size, tile_rows), 0, stream>>>(in, out, batch, rows, cols);
     check_launch("transpose_tiles_kernel");
     return;
   }
   const Layout<1> layout = make_layout(dims, "permute");
-  if (count <= std::numeric_limits<uint32_t>::max())
+  if (fits_uint32(count))
     permute_kernel<uint32_t><<<grid_blocks(count), block_threads, 0, stream>>>(in, out, layout, count);
   else
     permute_kernel<int64_t><<<grid_blocks(count), block_threads, 0, stream>>>(in, out, layout, count);
