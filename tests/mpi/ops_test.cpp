@@ -362,7 +362,7 @@ TEST_CASE("explain for elementwise ops and sums", "[ops][explain]") {
   CHECK(dax::explain_elementwise(a, b) ==
         dax::detail::cat("elementwise -> (", 8 * n, ", 4) P('x', None)\n  operand 0 (", 8 * n,
                          ", 4) P('x') -> P('x', None): 0 bytes/device\n  operand 1 (4,) P() -> P(None): 0 bytes/device\n"
-                         "  total 0 bytes/device\n"));
+                         "  total 0 bytes/device, ~0.64 ns estimated\n"));
   const std::string s = dax::explain_sum(a, {0});
   CHECK(s.find("sum: local partial sums P(None, unreduced={'x'})") == 0);
   if (n > 1) CHECK(s.find("all_reduce over ('x',)") != std::string::npos);

@@ -7,6 +7,8 @@
 
 #include <dax/ops/elementwise_rule.hpp>
 #include <dax/ops/matmul_rule.hpp>
+#include <dax/ops/rule_cache.hpp>
+#include <dax/ops/set_cost_model.hpp>
 #include "../common/meshes.hpp"
 #include "../common/simulate.hpp"
 
@@ -61,7 +63,7 @@ TEST_CASE("matmul rule: cheapest legal candidate, right result, every pair of sp
       for (const NamedSharding& sa : specs) {
         for (const NamedSharding& sb : specs) {
           const auto rule = dax::detail::matmul_rule(as, sa, bs, sb, std::nullopt, false, false);
-          for (const auto& c : rule.candidates) REQUIRE(rule.best().total() <= c.total());
+          for (const auto& c : rule.candidates) REQUIRE(rule.best().time <= c.time);
           REQUIRE_FALSE(rule.target.is_unreduced());
           INFO(dax::detail::explain_matmul_rule(rule, as, bs, 8));
           REQUIRE(matmul_rule_is_right(rule, as, bs, a, b));
@@ -115,4 +117,131 @@ TEST_CASE("elementwise rule: the output follows the operand costliest to move", 
   const auto n = dax::detail::elementwise_rule({{8}, {8}}, {s(P().with_unreduced("x")), s(P())}, Linearity::additive);
   CHECK_FALSE(n.output.is_unreduced());  // partial + plain is not exact: reduced first
   CHECK(n.elements == 2 * 3 * 8 / 4);
+}
+
+namespace {
+
+// Sets a cost model for one scope and restores the backend's after.
+struct ScopedModel {
+  explicit ScopedModel(dax::CostModel m) { dax::set_cost_model(m); }
+  ~ScopedModel() { dax::reset_cost_model(); }
+};
+
+}  // namespace
+
+TEST_CASE("matmul rule: time, not bytes alone (issue 16's batch-32 weight gradient)", "[ops][matmul][cost]") {
+  const Mesh mesh({2}, {"data"});
+  auto s = [&](P p) { return NamedSharding(mesh, p); };
+  // Data parallel: gW = X^T @ dY with X (32, 64) split over data (so X^T is P(None, 'data')) and
+  // dY (32, 128) P('data'), the gradient wanted replicated like its weight. Replicating over data
+  // gathers the fewest bytes (3,072 elements) but every device then does the whole product; the
+  // rule splits the work and gathers the result instead.
+  const Shape xt{64, 32}, dy{32, 128};
+  const dax::CostModel model{5e9, 50e9};
+  ScopedModel scoped(model);
+  const auto rule = dax::detail::matmul_rule(xt, s(P(dax::none, "data")), dy, s(P("data")), s(P()), false, false);
+  INFO(dax::detail::explain_matmul_rule(rule, xt, dy, 4));
+  REQUIRE(rule.candidates.size() == 4);  // M, N, K, replicate
+  const auto& replicate = rule.candidates[3];
+  CHECK(dax::detail::role_name(replicate.roles[0], 0) == "replicate");
+  CHECK(replicate.total() == 3072);
+  CHECK(replicate.flops == 2.0 * 64 * 128 * 32);
+  for (const auto& c : rule.candidates) {
+    CHECK(replicate.total() <= c.total());  // what a byte-only rule chose
+    CHECK(rule.best().time <= c.time);
+  }
+  CHECK(rule.chosen != 3);
+  CHECK(rule.best().flops == replicate.flops / 2);
+  CHECK(rule.best().time == dax::detail::estimated_time(model, rule.best().total(), 4, rule.best().flops));
+  // With compute free, bytes decide again.
+  dax::set_cost_model({5e9, 1e30});
+  const auto bytes_only =
+      dax::detail::matmul_rule(xt, s(P(dax::none, "data")), dy, s(P("data")), s(P()), false, false);
+  CHECK(bytes_only.chosen == 3);
+}
+
+TEST_CASE("rule caches key on the cost model", "[ops][cost]") {
+  dax::detail::RuleCache<int> cache;
+  const NamedSharding s(Mesh({2}, {"x"}), P("x"));
+  int made = 0;
+  auto get = [&] { return cache.get(dax::detail::RuleKey{7, {{4}}, {s}, {}}, [&] { return ++made; }); };
+  CHECK(get() == 1);
+  CHECK(get() == 1);
+  {
+    ScopedModel scoped({1e9, 1e9});
+    CHECK(get() == 2);  // a new model: chosen again
+    CHECK(get() == 2);
+  }
+  CHECK(get() == 1);  // back to the backend's model: its rule again
+  CHECK(cache.size() == 2);
+  CHECK(dax::cost_model() == dax::cpu_cost_model());
+  CHECK_THROWS_WITH(dax::set_cost_model({0, 1e9}),
+                    "set_cost_model: link_bytes_per_s and flops_per_s must be finite and > 0, got 0 and 1e+09");
+}
+
+TEST_CASE("matmul rule: keep_unreduced leaves K partial sums for the consumer", "[ops][matmul]") {
+  std::mt19937 rng(16);
+  std::uniform_int_distribution<int> dist(-9, 9);
+  int kept = 0, checked = 0;
+  for (const Mesh& mesh : {Mesh({2}, {"x"}), Mesh({3}, {"x"}), Mesh({2, 2}, {"x", "y"}), Mesh({2, 3}, {"x", "y"})}) {
+    for (const auto& [as, bs] : std::vector<std::pair<Shape, Shape>>{{{6, 8}, {8, 4}}, {{5, 7}, {7, 3}}}) {
+      std::vector<double> a(dax::numel(as)), b(dax::numel(bs));
+      for (auto& v : a) v = dist(rng);
+      for (auto& v : b) v = dist(rng);
+      const auto value = global_matmul(a, b, as[0], as[1], bs[1]);
+      const auto specs = dax::test::all_shardings(mesh, 2, false);
+      for (size_t i = 0; i < specs.size(); i += 2) {
+        const NamedSharding& sa = specs[i];
+        const NamedSharding& sb = specs[(i * 7 + 3) % specs.size()];
+        for (const NamedSharding& req : specs) {
+          const auto rule = dax::detail::matmul_rule(as, sa, bs, sb, req, false, false, true);
+          const auto& c = rule.best();
+          INFO(dax::detail::explain_matmul_rule(rule, as, bs, 8) << "requested " << to_string(req.spec()));
+          // The target: the requested dims, unreduced over the candidate's K axes the request does not split with.
+          std::vector<int> want;
+          for (int x : c.out.unreduced_axes())
+            if (!req.splits(x)) want.push_back(x);
+          REQUIRE(rule.target == dax::detail::with_unreduced_axes(req, 2, want));
+          for (const auto& cand : rule.candidates) REQUIRE(c.time <= cand.time);
+          // Moving the partial sums there reduces only over the axes the request splits with.
+          const auto plan = dax::detail::plan_reshard(rule.out_shape, c.out, rule.target);
+          for (const auto& step : plan.steps)
+            for (int x : step.reduce_axes) REQUIRE(req.splits(x));
+          kept += !want.empty();
+          // Simulated: each piece, summed over the kept axes, is the product's piece.
+          const auto ap = dax::test::pieces_of_value(as, a, c.a), bp = dax::test::pieces_of_value(bs, b, c.b);
+          dax::test::Buffers partial;
+          for (int d : mesh.devices()) {
+            const auto co = mesh.coords(d);
+            const dax::Box ab = c.a.box_at(co, as), bb = c.b.box_at(co, bs);
+            partial[d] = global_matmul(ap.at(d), bp.at(d), ab[0].size(), ab[1].size(), bb[1].size());
+          }
+          for (const auto& step : plan.steps) REQUIRE(dax::test::simulate_step(rule.out_shape, step, partial));
+          const auto reduced = dax::detail::with_unreduced_axes(rule.target, 2, {});
+          const auto expect = dax::test::pieces_of_value(rule.out_shape, value, reduced);
+          for (int d : mesh.devices()) {
+            const auto co = mesh.coords(d);
+            std::vector<double> sum(partial.at(d).size(), 0.0);
+            for (int e : mesh.devices()) {
+              const auto ce = mesh.coords(e);
+              bool same = true;
+              for (int x = 0; x < mesh.num_axes(); ++x)
+                if (!rule.target.is_unreduced_over(x)) same = same && ce[x] == co[x];
+              if (!same) continue;
+              for (size_t k = 0; k < sum.size(); ++k) sum[k] += partial.at(e)[k];
+            }
+            REQUIRE(sum == expect.at(d));
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  CHECK(checked > 100);
+  CHECK(kept > 10);
+  // Without a requested sharding the option does nothing.
+  const Mesh m({2}, {"x"});
+  const auto r = dax::detail::matmul_rule({4, 6}, NamedSharding(m, P(dax::none, "x")), {6, 4}, NamedSharding(m, P("x")),
+                                          std::nullopt, false, false, true);
+  CHECK_FALSE(r.target.is_unreduced());
 }

@@ -31,7 +31,7 @@ std::string explain_elementwise(const DistArray<T>&... xs) {
     size_t k = 0;
     (void)std::initializer_list<int>{(t += detail::reshard_cost(xs.shape(), xs.sharding(), rule.inputs[k]) * bytes[k], ++k, 0)...};
     return t;
-  }() << " bytes/device\n";
+  }() << " bytes/device, ~" << detail::time_text(rule.time) << " estimated\n";
   return out.str();
 }
 

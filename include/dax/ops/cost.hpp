@@ -1,14 +1,92 @@
-// What a sharding rule pays: the elements a device receives to move an operand between shardings,
-// from the reshard planner (pure; rules are cached, so this runs once per op signature).
+// The one cost model the sharding rules choose by: estimated time = bytes a device receives over
+// the link's bandwidth + the FLOPs it computes over its rate. The constants are fixed per backend
+// (the same on every rank, so every rank picks the same plan) and may be replaced with
+// dax::set_cost_model (ops/set_cost_model.hpp). They are part of every rule cache key, so a
+// changed model never reuses a rule chosen under the old one.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <string>
+
 #include <dax/reshard/planner.hpp>
+#include <dax/runtime/backend.hpp>
 
-namespace dax::detail {
+namespace dax {
 
+struct CostModel {
+  double link_bytes_per_s = 0;  // what one device receives per second in a collective (busbw)
+  double flops_per_s = 0;       // one device's sustained rate on a large local GEMM
+  friend bool operator==(const CostModel&, const CostModel&) = default;
+};
+
+/// CPU: one rank per core, ranks of a node talking through MPI's shared-memory transport. Open
+/// MPI's vader/sm BTL moves large messages at 4-10 GB/s between cores (one copy through a shared
+/// segment); we take 5 GB/s. One x86 core with two AVX2 FMA units peaks at 32 float FLOPs a cycle
+/// (~100 GFLOP/s at 3 GHz); OpenBLAS reaches about half of that in practice on shared machines:
+/// 50 GFLOP/s.
+inline constexpr CostModel cpu_cost_model() { return {5e9, 50e9}; }
+
+/// CUDA: an H100 SXM. NVLink 4 gives 450 GB/s per direction inside a node (NCCL's busbw ~360 GB/s)
+/// but across nodes a GPU has one 400 Gb/s NIC (50 GB/s); a large mesh spans nodes on most axes,
+/// so we take 100 GB/s. Dense tensor-core GEMM: 495 TFLOP/s TF32 / 990 BF16 peak; cuBLAS sustains
+/// ~400 TFLOP/s on large TF32/BF16 products.
+inline constexpr CostModel cuda_cost_model() { return {100e9, 400e12}; }
+
+namespace detail {
+
+inline std::optional<CostModel>& cost_model_override() {
+  static std::optional<CostModel> model;
+  return model;
+}
+
+}  // namespace detail
+
+/// The model the rules use now: the one set with set_cost_model, else the active backend's.
+inline CostModel cost_model() {
+  if (const auto& m = detail::cost_model_override()) return *m;
+  return detail::active_backend() == Backend::cuda ? cuda_cost_model() : cpu_cost_model();
+}
+
+namespace detail {
+
+/// Estimated seconds to receive `elements` of `item_bytes` each and compute `flops`.
+inline double estimated_time(const CostModel& m, int64_t elements, int64_t item_bytes, double flops) {
+  return static_cast<double>(elements) * static_cast<double>(item_bytes) / m.link_bytes_per_s + flops / m.flops_per_s;
+}
+
+/// Seconds as text with a unit.
+inline std::string time_text(double s) {
+  std::ostringstream out;
+  out.precision(3);
+  if (s < 1e-6) out << s * 1e9 << " ns";
+  else if (s < 1e-3) out << s * 1e6 << " us";
+  else if (s < 1) out << s * 1e3 << " ms";
+  else out << s << " s";
+  return out.str();
+}
+
+/// The model as exact bits, for cache keys.
+inline int64_t bits_of(double x) {
+  int64_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+inline double bit_cast_double(int64_t b) {
+  double x = 0;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+/// Elements a device receives to move an operand between shardings (max over devices), from the
+/// reshard planner: closed form, so a rule costs its candidates in time independent of the mesh.
 inline int64_t reshard_cost(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
   if (from == to) return 0;
   return plan_reshard(shape, from, to).elements;
 }
 
-}  // namespace dax::detail
+}  // namespace detail
+}  // namespace dax

@@ -1,6 +1,7 @@
 // The sharding rule of elementwise ops (pure): the output follows the operand whose layout costs
 // most to move (each operand's layout, lifted to the output's dimensions, is a candidate; the one
-// that makes the others move the fewest elements wins, ties to the earlier operand). Stretched
+// with the least estimated time wins -- the others' moves over the link plus the local work on the
+// largest output piece, ops/cost.hpp -- ties to the earlier operand). Stretched
 // (broadcast) dimensions are replicated. Unreduced operands stay unreduced where the op is exact
 // on partial sums (a sum of operands unreduced over the same axes; a product or quotient of one
 // unreduced operand by others that are not); otherwise every operand is reduced first.
@@ -28,6 +29,7 @@ struct ElementwiseRule {
   std::vector<NamedSharding> inputs;  // the sharding each operand is resharded to
   NamedSharding output;
   int64_t elements = 0;               // moved per device to get there
+  double time = 0;                    // estimated seconds: the moves plus one FLOP per output element
 };
 
 /// The unreduced axes the output keeps (empty: reduce everything first).
@@ -46,7 +48,8 @@ inline std::vector<int> kept_unreduced(const std::vector<NamedSharding>& in, Lin
 }
 
 inline ElementwiseRule elementwise_rule(const std::vector<Shape>& shapes, const std::vector<NamedSharding>& in,
-                                        Linearity linearity) {
+                                        Linearity linearity, int64_t item_bytes = 4) {
+  const CostModel model = cost_model();
   const Mesh& mesh = in[0].mesh();
   for (const auto& s : in)
     DAX_CHECK(s.mesh() == mesh, "elementwise op: operands must be on the same mesh, got ", to_string(mesh),
@@ -80,7 +83,9 @@ inline ElementwiseRule elementwise_rule(const std::vector<Shape>& shapes, const 
       rule.inputs.push_back(operand_sharding(i, dims));
       rule.elements += reshard_cost(shapes[i], in[i], rule.inputs.back());
     }
-    if (!best || rule.elements < best->elements) best = std::move(rule);
+    rule.time = estimated_time(model, rule.elements, item_bytes,
+                               static_cast<double>(largest_piece(out, rule.output)));
+    if (!best || rule.time < best->time) best = std::move(rule);
   }
   return *best;
 }

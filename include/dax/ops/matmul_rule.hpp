@@ -1,8 +1,10 @@
 // The sharding rule of matmul (pure). For (..., M, K) @ (..., K, N), every mesh axis takes one
 // role: split a batch dimension, split M, split N, split K (each device then holds a partial
-// product: the result is unreduced over that axis), or replicate. Each combination is costed as
-// the elements moved to bring A and B to the layouts it needs plus those moved to bring its result
-// to the requested sharding (all-reduce, reduce-scatter or nothing); the cheapest wins, ties going
+// product: the result is unreduced over that axis), or replicate. Each combination is costed in
+// estimated time (ops/cost.hpp): the bytes moved to bring A and B to the layouts it needs and its
+// result to the requested sharding (all-reduce, reduce-scatter or nothing) over the link's
+// bandwidth, plus the local product's FLOPs (2*M*N*K over the devices splitting batch, M, N or K:
+// a replicating axis repeats the work) over the device's rate. The fastest wins, exact ties going
 // to the earlier combination in a fixed order. Printable with explain_matmul.
 #pragma once
 
@@ -15,6 +17,7 @@
 #include <dax/ops/broadcast.hpp>
 #include <dax/ops/cost.hpp>
 #include <dax/reshard/explain.hpp>
+#include <dax/reshard/reduction_axes.hpp>
 #include <dax/sharding/build.hpp>
 
 namespace dax::detail {
@@ -22,7 +25,10 @@ namespace dax::detail {
 struct MatmulCandidate {
   std::vector<int> roles;  // per mesh axis: 0..nb-1 batch dim, nb: M, nb+1: N, nb+2: K, nb+3: replicate
   NamedSharding a, b, out;  // required operand shardings; the local products' sharding
-  int64_t a_cost = 0, b_cost = 0, out_cost = 0;
+  int64_t a_cost = 0, b_cost = 0, out_cost = 0;  // elements received per device (max over devices)
+  double flops = 0;                              // of the largest local product
+  double time = 0;                               // estimated seconds: what the rule minimizes
+  NamedSharding target;                          // where its result goes (the rule's target if chosen)
   int64_t total() const { return a_cost + b_cost + out_cost; }
 };
 
@@ -31,6 +37,8 @@ struct MatmulRule {
   std::vector<MatmulCandidate> candidates;  // in enumeration order
   size_t chosen = 0;
   NamedSharding target;                     // the result's sharding
+  CostModel model;                          // the constants it chose by
+  int64_t item_bytes = 4;                   // the element size it costed bytes with
   const MatmulCandidate& best() const { return candidates[chosen]; }
 };
 
@@ -46,10 +54,13 @@ inline std::vector<int> ordered(const std::vector<int>& current, const std::vect
 }
 
 /// `a_vector` / `b_vector`: the operand was 1-d (its M or N dimension is an added 1 that must stay
-/// unsplit).
+/// unsplit). `keep_unreduced` (with a requested sharding): a candidate's partial sums over its K
+/// axes may stay unreduced, its target being the requested spec plus those axes (K axes the
+/// request splits a dimension with are still reduce-scattered there); autodiff's cotangents use it.
+/// `item_bytes` sizes the elements moved (the model's bandwidth is in bytes).
 inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                               const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
-                              bool b_vector) {
+                              bool b_vector, bool keep_unreduced = false, int64_t item_bytes = 4) {
   DAX_CHECK(a.mesh() == b.mesh(), "matmul: operands must be on the same mesh, got ", to_string(a.mesh()), " and ",
             to_string(b.mesh()));
   const size_t ra = a_shape.size(), rb = b_shape.size();
@@ -67,7 +78,17 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
   std::vector<int> active;  // axes with more than one device; the others stay replicated
   for (int x = 0; x < mesh.num_axes(); ++x)
     if (mesh.axis_size(x) > 1) active.push_back(x);
-  MatmulRule rule{out_shape, {}, 0, a};
+  MatmulRule rule{out_shape, {}, 0, a, cost_model(), item_bytes};
+  const int64_t m_size = a_shape[ra - 2], n_size = b_shape[rb - 1], k_size = a_shape[ra - 1];
+  // Operand layouts repeat across candidates: each distinct move is planned once.
+  std::vector<std::pair<NamedSharding, int64_t>> a_moves, b_moves;
+  auto move_cost = [](std::vector<std::pair<NamedSharding, int64_t>>& seen, const Shape& shape,
+                      const NamedSharding& from, const NamedSharding& to) {
+    for (const auto& [s, c] : seen)
+      if (s == to) return c;
+    seen.emplace_back(to, reshard_cost(shape, from, to));
+    return seen.back().second;
+  };
   std::vector<int> roles(mesh.num_axes(), R);
   const std::vector<int> order = [&] {  // batch dims first, then M, N, K, replicate
     std::vector<int> o;
@@ -105,14 +126,28 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       std::vector<int> unreduced = k_axes;
       std::sort(unreduced.begin(), unreduced.end());
       MatmulCandidate c{roles, make_sharding(mesh, ad, {}), make_sharding(mesh, bd, {}),
-                        make_sharding(mesh, od, unreduced)};
-      c.a_cost = reshard_cost(a_shape, a, c.a);
-      c.b_cost = reshard_cost(b_shape, b, c.b);
-      const NamedSharding target = requested ? *requested : make_sharding(mesh, od, {});
-      c.out_cost = reshard_cost(out_shape, c.out, target);
-      if (rule.candidates.empty() || c.total() < rule.best().total()) {
+                        make_sharding(mesh, od, unreduced), 0, 0, 0, 0, 0, a};
+      c.a_cost = move_cost(a_moves, a_shape, a, c.a);
+      c.b_cost = move_cost(b_moves, b_shape, b, c.b);
+      c.target = requested ? *requested : make_sharding(mesh, od, {});
+      if (requested && keep_unreduced) {  // partial sums stay, except over axes the request splits with
+        std::vector<int> keep = requested->unreduced_axes();
+        for (int x : unreduced)
+          if (!requested->splits(x) && !has_axis(keep, x)) keep.push_back(x);
+        std::sort(keep.begin(), keep.end());
+        c.target = with_unreduced_axes(*requested, out_shape.size(), keep);
+      }
+      c.out_cost = reshard_cost(out_shape, c.out, c.target);
+      // The largest local product: the work divides only over axes that split batch, M, N or K.
+      double work = 2.0 * static_cast<double>(largest_chunk(m_size, c.out.num_pieces(nb))) *
+                    static_cast<double>(largest_chunk(n_size, c.out.num_pieces(nb + 1))) *
+                    static_cast<double>(largest_chunk(k_size, group_size(mesh, k_axes)));
+      for (size_t d = 0; d < nb; ++d) work *= static_cast<double>(largest_chunk(batch[d], c.out.num_pieces(d)));
+      c.flops = work;
+      c.time = estimated_time(rule.model, c.total(), item_bytes, c.flops);
+      if (rule.candidates.empty() || c.time < rule.best().time) {
         rule.chosen = rule.candidates.size();
-        rule.target = target;
+        rule.target = c.target;
       }
       rule.candidates.push_back(std::move(c));
     }
@@ -132,7 +167,7 @@ inline std::string role_name(int role, size_t nb) {
   return "replicate";
 }
 
-/// The candidates with their costs, cheapest first, the chosen one marked.
+/// The candidates with their estimated times and bytes, fastest first, the chosen one marked.
 inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_shape, const Shape& b_shape,
                                        int64_t item_bytes) {
   const Mesh& mesh = rule.best().a.mesh();
@@ -140,11 +175,13 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
   std::vector<size_t> idx(rule.candidates.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
-    return rule.candidates[x].total() < rule.candidates[y].total();
+    return rule.candidates[x].time < rule.candidates[y].time;
   });
   std::ostringstream out;
   out << "matmul " << to_string(a_shape) << " @ " << to_string(b_shape) << " -> " << to_string(rule.out_shape)
-      << " on " << to_string(mesh) << ", result " << to_string(rule.target.spec()) << "\n";
+      << " on " << to_string(mesh) << ", result " << to_string(rule.target.spec()) << "\n"
+      << "  (time = bytes / " << rule.model.link_bytes_per_s / 1e9 << " GB/s + FLOPs / "
+      << rule.model.flops_per_s / 1e9 << " GFLOP/s, costed at " << rule.item_bytes << " bytes an element)\n";
   for (size_t i : idx) {
     const auto& c = rule.candidates[i];
     out << (i == rule.chosen ? "* " : "  ");
@@ -152,7 +189,7 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
       if (mesh.axis_size(x) > 1) out << mesh.axis_names()[x] << "->" << role_name(c.roles[x], nb) << " ";
     out << "| A " << to_string(c.a.spec()) << " " << c.a_cost * item_bytes << " B, B " << to_string(c.b.spec())
         << " " << c.b_cost * item_bytes << " B, out " << c.out_cost * item_bytes << " B | total "
-        << c.total() * item_bytes << " bytes/device\n";
+        << c.total() * item_bytes << " bytes/device, " << c.flops << " FLOPs | ~" << time_text(c.time) << "\n";
   }
   return out.str();
 }

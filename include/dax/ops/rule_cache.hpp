@@ -1,5 +1,6 @@
-// Sharding rules computed once per (op, operand shapes, operand shardings) and kept: the host path
-// of a repeated op is a hash lookup.
+// Sharding rules computed once per (op, operand shapes, operand shardings, cost model) and kept:
+// the host path of a repeated op is a hash lookup (shardings hash and compare by precomputed
+// hashes first, so a lookup costs the same on a mesh of 8 devices as on one of 16,384).
 #pragma once
 
 #include <functional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <dax/core/hash.hpp>
+#include <dax/ops/cost.hpp>
 #include <dax/sharding/named_sharding.hpp>
 
 namespace dax::detail {
@@ -18,6 +20,7 @@ struct RuleKey {
   std::vector<Shape> shapes;
   std::vector<NamedSharding> shardings;
   std::vector<int64_t> params;  // axes, flags: whatever else the rule depends on
+  CostModel cost{};             // the model the rule chose by (RuleCache::get fills it in)
   friend bool operator==(const RuleKey&, const RuleKey&) = default;
 };
 
@@ -30,6 +33,8 @@ struct RuleKeyHash {
     }
     for (const auto& s : k.shardings) hash_combine(h, s.hash());
     for (int64_t p : k.params) hash_into(h, p);
+    hash_into(h, bits_of(k.cost.link_bytes_per_s));
+    hash_into(h, bits_of(k.cost.flops_per_s));
     return h;
   }
 };
@@ -39,11 +44,14 @@ class RuleCache {
  public:
   template <class Make>
   const Rule& get(RuleKey key, Make&& make) {
+    key.cost = cost_model();
     std::lock_guard lock(mutex_);
     auto it = rules_.find(key);
     if (it == rules_.end()) it = rules_.emplace(std::move(key), std::make_unique<Rule>(make())).first;
     return *it->second;
   }
+
+  size_t size() const { return rules_.size(); }
 
  private:
   std::mutex mutex_;

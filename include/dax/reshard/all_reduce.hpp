@@ -16,10 +16,7 @@ inline std::optional<ReshardStep> plan_all_reduce(const Shape& shape, const Name
   for (size_t d = 0; d < shape.size(); ++d)
     if (from.dim_axes(d) != to.dim_axes(d)) return std::nullopt;
   const int64_t k = group_size(from.mesh(), reduce);
-  int64_t most = 0;
-  for (int d : from.mesh().devices())
-    most = std::max(most, 2 * (k - 1) * numel(from.box_at(from.mesh().coords(d), shape)) / k);
-  return ReshardStep{StepKind::all_reduce, from, to, reduce, reduce, most};
+  return ReshardStep{StepKind::all_reduce, from, to, reduce, reduce, 2 * (k - 1) * largest_piece(shape, from) / k};
 }
 
 }  // namespace dax::detail

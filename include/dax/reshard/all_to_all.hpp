@@ -13,7 +13,7 @@ inline std::optional<ReshardStep> plan_all_to_all(const Shape& shape, const Name
   if (from.unreduced_axes() != to.unreduced_axes()) return std::nullopt;
   const auto axes = involved_axes(shape, from, to, {});
   if (axes.empty()) return std::nullopt;
-  return ReshardStep{StepKind::all_to_all, from, to, axes, {}, max_received(shape, from, to, axes, {})};
+  return ReshardStep{StepKind::all_to_all, from, to, axes, {}, max_received(shape, from, to, {})};
 }
 
 }  // namespace dax::detail

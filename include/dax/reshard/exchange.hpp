@@ -4,10 +4,12 @@
 // own source whenever it holds the data, and replicas share the sending evenly.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include <dax/core/shape.hpp>
+#include <dax/reshard/piece_math.hpp>
 #include <dax/reshard/step.hpp>
 #include <dax/sharding/named_sharding.hpp>
 
@@ -77,39 +79,73 @@ inline int64_t received_elements(const Exchange& ex) {
 }
 
 /// The mesh axes over which some device must receive data in a step from `from` to `to`
-/// (reducing over `reduce_axes`): the smallest group that makes the step possible.
-inline std::vector<int> involved_axes(const Shape& shape, const NamedSharding& from,
-                                      const NamedSharding& to, const std::vector<int>& reduce_axes) {
+/// (reducing over `reduce_axes`): the smallest group that makes the step possible. Decided per
+/// axis in closed form: a reduced axis is involved when the array has elements; an axis splitting
+/// the source is involved when some device's target piece reaches a source piece whose coordinate
+/// on that axis differs from its own.
+inline std::vector<int> involved_axes(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+                                      const std::vector<int>& reduce_axes) {
   const Mesh& mesh = from.mesh();
-  std::vector<bool> involved(mesh.num_axes(), false);
-  for (int d : mesh.devices()) {
-    const auto dc = mesh.coords(d);
-    const Box target = to.box_at(dc, shape);
-    if (numel(target) == 0) continue;
-    for (int s : mesh.devices()) {
-      if (s == d) continue;
-      const auto sc = mesh.coords(s);
-      if (!is_source(from, reduce_axes, sc, dc)) continue;
-      if (numel(intersect(from.box_at(sc, shape), target)) == 0) continue;
-      for (int a = 0; a < mesh.num_axes(); ++a)
-        if (sc[a] != dc[a]) involved[a] = true;
-    }
-  }
+  const StepGeometry g(shape, from, to);
   std::vector<int> out;
-  for (int a = 0; a < mesh.num_axes(); ++a)
-    if (involved[a]) out.push_back(a);
+  if (numel(shape) == 0) return out;
+  for (int a = 0; a < mesh.num_axes(); ++a) {
+    const int64_t m = mesh.axis_size(a);
+    if (m == 1) continue;
+    if (has_axis(reduce_axes, a)) {
+      out.push_back(a);
+      continue;
+    }
+    size_t dim = shape.size();
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (g.from_split(d).uses(a)) dim = d;
+    if (dim == shape.size()) continue;  // sources agree with the receiver on this axis
+    const int64_t stride = g.from_split(dim).stride_of(a);
+    const int64_t pieces = g.from_split(dim).pieces, n = shape[dim];
+    const int64_t chunk = (n + pieces - 1) / pieces;
+    const bool reaches = !g.all_of([&](const std::vector<int64_t>& c) {
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (g.to_piece(d, c).size() == 0) return true;
+      // The source pieces meeting this device's target piece: [j0, j1], all with its coordinate?
+      const Slice t = g.to_piece(dim, c);
+      const int64_t j0 = t.start / chunk, j1 = (t.stop - 1) / chunk;
+      return j0 / stride == j1 / stride && (j0 / stride) % m == c[a];
+    });
+    if (reaches) out.push_back(a);
+  }
   return out;
 }
 
-/// Max over devices of the elements a plain exchange receives.
+/// Max over devices of the elements an exchange over `involved_axes(...)` receives.
 inline int64_t max_received(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
-                            const std::vector<int>& axes, const std::vector<int>& reduce_axes) {
-  int64_t most = 0;
-  for (int d : from.mesh().devices()) {
-    const int64_t n = received_elements(exchange_for(shape, from, to, axes, reduce_axes, d));
-    most = n > most ? n : most;
-  }
-  return most;
+                            const std::vector<int>& reduce_axes) {
+  int64_t k = 1;
+  for (int a : reduce_axes) k *= from.mesh().axis_size(a);
+  return most_received(StepGeometry(shape, from, to), k);
+}
+
+/// Whether every region any device sends or receives in a step from `from` to `to` is one
+/// contiguous run of its block (`is_contiguous_in`), decided per dimension from the specs, so the
+/// devices of a group agree without looking at each other. Conservative: it may answer false where
+/// every region happens to be contiguous (the step then goes by strided datatypes, still exact).
+inline bool regions_contiguous(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
+  const StepGeometry g(shape, from, to);
+  // A region is narrower than its block in dimension d only where the other side's pieces can cut
+  // the block's piece: its pieces neither contain nor avoid it.
+  auto cuts = [&](size_t d, bool block_is_source) {
+    const DimRelation r = g.relation(d);
+    if (r == DimRelation::same) return false;
+    if (block_is_source) return !(r == DimRelation::to_whole || r == DimRelation::from_finer);
+    return !(r == DimRelation::from_whole || r == DimRelation::to_finer);
+  };
+  for (bool block_is_source : {true, false})
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (!cuts(d, block_is_source)) continue;
+      for (size_t e = 0; e < d; ++e)  // earlier dimensions must be one index wide
+        if (std::min(largest_chunk(shape[e], g.from_split(e).pieces), largest_chunk(shape[e], g.to_split(e).pieces)) > 1)
+          return false;
+    }
+  return true;
 }
 
 }  // namespace dax::detail

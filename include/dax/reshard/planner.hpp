@@ -4,6 +4,8 @@
 //   with reduction: reduce-scatter (+ all-reduce of the rest) then a move,
 //                   all-reduce then a move, or the general exchange alone;
 // then make_unreduced when the target adds unreduced axes.
+// Every decision and every count (max over devices) is computed from the specs and the axis
+// sizes (piece_math.hpp), so every rank reaches the same plan without visiting every device pair.
 #pragma once
 
 #include <algorithm>
@@ -23,13 +25,9 @@
 namespace dax::detail {
 
 /// Every device already holds exactly its target piece (the shardings, with the same unreduced
-/// axes, differ only in axes of size 1 or in how they are written).
+/// axes, differ only in axes of size 1 or in how they are written, or in splits of empty pieces).
 inline bool same_layout(const Shape& shape, const NamedSharding& a, const NamedSharding& b) {
-  for (int d : a.mesh().devices()) {
-    const auto c = a.mesh().coords(d);
-    if (a.box_at(c, shape) != b.box_at(c, shape)) return false;
-  }
-  return true;
+  return same_pieces(StepGeometry(shape, a, b));
 }
 
 /// The steps that move data from `from` to `to` (same unreduced axes): nothing, a local slice,
@@ -50,19 +48,7 @@ inline int64_t plan_elements(const std::vector<ReshardStep>& steps) {
 
 /// Elements a device is missing: of its target piece, what it does not hold (max over devices).
 inline int64_t missing_elements(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
-  int64_t most = 0;
-  for (int d : from.mesh().devices()) {
-    const auto c = from.mesh().coords(d);
-    const Box target = to.box_at(c, shape);
-    most = std::max(most, numel(target) - numel(intersect(target, from.box_at(c, shape))));
-  }
-  return most;
-}
-
-inline int64_t largest_piece(const Shape& shape, const NamedSharding& s) {
-  int64_t most = 0;
-  for (int d : s.mesh().devices()) most = std::max(most, numel(s.box_at(s.mesh().coords(d), shape)));
-  return most;
+  return most_received(StepGeometry(shape, from, to), 1);
 }
 
 inline std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {

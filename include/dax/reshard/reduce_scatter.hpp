@@ -27,12 +27,10 @@ inline std::optional<ReshardStep> plan_reduce_scatter(const Shape& shape, const 
   for (int a : reduce)
     if (!placed[a]) return std::nullopt;
   // Every member's new piece must lie inside the piece the group shares (uneven splits may not).
-  for (int d : from.mesh().devices()) {
-    const auto c = from.mesh().coords(d);
-    if (!contains(from.box_at(c, shape), to.box_at(c, shape))) return std::nullopt;
-  }
+  if (!target_inside_source(StepGeometry(shape, from, to))) return std::nullopt;
+  // Each member receives its new piece from every other member of the group.
   return ReshardStep{StepKind::reduce_scatter, from, to, reduce, reduce,
-                     max_received(shape, from, to, reduce, reduce)};
+                     (group_size(from.mesh(), reduce) - 1) * largest_piece(shape, to)};
 }
 
 }  // namespace dax::detail
