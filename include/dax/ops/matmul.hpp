@@ -25,11 +25,14 @@ inline RuleCache<MatmulRule>& matmul_rules() {
 
 template <class T>
 const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
-                                  const std::optional<NamedSharding>& out, bool a_vector, bool b_vector) {
-  RuleKey key{2000 + a_vector + 2 * b_vector, {a.shape(), b.shape()}, {a.sharding(), b.sharding()}, {}};
+                                  const std::optional<NamedSharding>& out, bool a_vector, bool b_vector,
+                                  bool keep_unreduced = false) {
+  RuleKey key{2000 + a_vector + 2 * b_vector, {a.shape(), b.shape()}, {a.sharding(), b.sharding()},
+              {keep_unreduced, static_cast<int64_t>(sizeof(T))}};
   if (out) key.shardings.push_back(*out);
   return matmul_rules().get(std::move(key), [&] {
-    return matmul_rule(a.shape(), a.sharding(), b.shape(), b.sharding(), out, a_vector, b_vector);
+    return matmul_rule(a.shape(), a.sharding(), b.shape(), b.sharding(), out, a_vector, b_vector, keep_unreduced,
+                       sizeof(T));
   });
 }
 
@@ -38,7 +41,7 @@ const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
 template <class T>
 DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
                        bool a_vector, bool b_vector, bool keep_unreduced = false) {
-  const MatmulRule& rule = matmul_rule_for(a, b, keep_unreduced ? std::nullopt : out, a_vector, b_vector);
+  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced);
   const MatmulCandidate& c = rule.best();
   const DistArray<T> am = moved_to(a, c.a), bm = moved_to(b, c.b);
   Runtime& rt = Runtime::current();
@@ -49,15 +52,7 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
   dev::batched_gemm(static_cast<const T*>(am.stored_buffer()->data()), am.local_shape(),
                     static_cast<const T*>(bm.stored_buffer()->data()), bm.local_shape(),
                     static_cast<T*>(buffer->data()), local, am.stores_swapped(), bm.stores_swapped());
-  NamedSharding target = rule.target;
-  if (keep_unreduced && out) {  // partial sums stay, except over axes `out` splits a dimension with
-    std::vector<int> keep = out->unreduced_axes();
-    for (int x : c.out.unreduced_axes())
-      if (!out->splits(x) && !has_axis(keep, x)) keep.push_back(x);
-    std::sort(keep.begin(), keep.end());
-    target = with_unreduced_axes(*out, rule.out_shape.size(), keep);
-  }
-  return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), target);
+  return moved_to(DistArray<T>(rule.out_shape, c.out, std::move(buffer)), rule.target);
 }
 
 /// The cotangents of c = a @ b (operands of rank >= 2, batch dims broadcast): dA = g @ B^T and
