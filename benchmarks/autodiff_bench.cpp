@@ -16,10 +16,9 @@ namespace {
 struct Mlp {
   dax::DistArray<float> w1, b1, w2, b2;
 };
+DAX_TREE(Mlp, w1, b1, w2, b2);
 
 }  // namespace
-
-DAX_TREE(Mlp, w1, b1, w2, b2)
 
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
@@ -39,6 +38,7 @@ int main(int argc, char** argv) {
                  dax::random::normal<float>(keys[3], {hidden, dout}, replicated) * 0.02f,
                  dax::zeros<float>({dout}, replicated)};
 
+  const auto zero = dax::zeros<float>({}, replicated);
   auto loss_fn = [&](const Mlp& p) {
     const auto h = dax::relu(dax::matmul(x, p.w1) + p.b1);
     return dax::mean(dax::square(dax::matmul(h, p.w2) + p.b2 - t));
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     const auto err = dax::matmul(h, p.w2) + p.b2 - t;
     const auto loss = dax::mean(dax::square(err));
     const auto dy = err * (2.0f / float(batch * dout));
-    const auto dz1 = dax::matmul(dy, p.w2.T()) * dax::astype<float>(z1 > 0.0f);
+    const auto dz1 = dax::matmul(dy, p.w2.T()) * dax::astype<float>(z1 > zero);
     const Mlp g{dax::matmul(x.T(), dz1), dax::sum(dz1, {0}), dax::matmul(h.T(), dy), dax::sum(dy, {0})};
     sgd(p, g);
     return loss;

@@ -533,19 +533,23 @@ void test_generate() {
 // ---- GEMM ----
 
 /// c = a @ b on both sides; floating types compared with |gpu - cpu| <= rel * k * max(1, |cpu|).
+/// `ta` / `tb`: the operand is stored with its last two dimensions swapped (a transpose flag); the
+/// CPU side's flags are checked against loops by the MPI tests (tests/mpi/transpose_gemm_test.cpp).
 template <class T>
-void check_gemm(const Shape& a_shape, const Shape& b_shape, const Shape& c_shape, double rel) {
+void check_gemm(const Shape& a_shape, const Shape& b_shape, const Shape& c_shape, double rel, bool ta = false,
+                bool tb = false) {
   const auto a = random_vector<T>(dax::numel(a_shape)), b = random_vector<T>(dax::numel(b_shape));
   auto want = random_vector<T>(dax::numel(c_shape));  // garbage, overwritten by both
   const auto d_a = upload(a), d_b = upload(b), d_c = upload(want);
   const int64_t k = a_shape.back();
   const std::string what =
       cat("batched_gemm<", type_name<T>(), "> ", dax::to_string(a_shape), " @ ", dax::to_string(b_shape),
-          dax::detail::matmul_precision() == dax::MatmulPrecision::high ? " (TF32)" : "");
-  gpu::batched_gemm(d_a.data(), a_shape, d_b.data(), b_shape, d_c.data(), c_shape);
+          dax::detail::matmul_precision() == dax::MatmulPrecision::high ? " (TF32)" : "", ta ? " A stored transposed" : "",
+          tb ? " B stored transposed" : "");
+  gpu::batched_gemm(d_a.data(), a_shape, d_b.data(), b_shape, d_c.data(), c_shape, ta, tb);
   const auto got = download(d_c);
   if constexpr (std::is_integral_v<T>) {
-    cpu::batched_gemm(a.data(), a_shape, b.data(), b_shape, want.data(), c_shape);
+    cpu::batched_gemm(a.data(), a_shape, b.data(), b_shape, want.data(), c_shape, ta, tb);
     expect_same(what, difference(got, want));
   } else {
     // 16-bit types: the reference multiplies the same values in float.
@@ -553,7 +557,7 @@ void check_gemm(const Shape& a_shape, const Shape& b_shape, const Shape& c_shape
     std::vector<Ref> ra(a.size()), rb(b.size()), rc(want.size());
     for (size_t i = 0; i < a.size(); ++i) ra[i] = static_cast<Ref>(to_double(a[i]));
     for (size_t i = 0; i < b.size(); ++i) rb[i] = static_cast<Ref>(to_double(b[i]));
-    cpu::batched_gemm(ra.data(), a_shape, rb.data(), b_shape, rc.data(), c_shape);
+    cpu::batched_gemm(ra.data(), a_shape, rb.data(), b_shape, rc.data(), c_shape, ta, tb);
     std::vector<double> ref(rc.begin(), rc.end()), tol(rc.size());
     for (size_t i = 0; i < rc.size(); ++i) tol[i] = rel * std::max<double>(k, 1) * std::max(1.0, std::abs(ref[i]));
     expect_same(what, difference(got, ref, tol));
@@ -573,6 +577,12 @@ void test_gemm(double rel) {
   check_gemm<T>({64, 128}, {128, 96}, {64, 96}, rel);
   check_gemm<T>({m, 0}, {0, n}, {m, n}, rel);           // k == 0: zeros
   check_gemm<T>({2, 0, k}, {2, k, n}, {2, 0, n}, rel);  // m == 0: nothing
+  // Transposed operands (x.T() views): CUBLAS_OP_T with the other leading dimension, no copy.
+  for (const auto& [ta, tb] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    check_gemm<T>({m, k}, {k, n}, {m, n}, rel, ta, tb);
+    check_gemm<T>({4, m, k}, {4, k, n}, {4, m, n}, rel, ta, tb);
+    check_gemm<T>({3, 1, m, k}, {4, k, n}, {3, 4, m, n}, rel, ta, tb);
+  }
 }
 
 }  // namespace

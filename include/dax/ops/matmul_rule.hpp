@@ -137,7 +137,10 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
         std::sort(keep.begin(), keep.end());
         c.target = with_unreduced_axes(*requested, out_shape.size(), keep);
       }
-      c.out_cost = reshard_cost(out_shape, c.out, c.target);
+      // Kept partial sums are still reduced later (by the consumer, or when the gradient reaches its
+      // parameter): the choice counts that reduction, so a strategy that avoids it can win, while
+      // the result itself moves only to c.target.
+      c.out_cost = reshard_cost(out_shape, c.out, requested && keep_unreduced ? *requested : c.target);
       // The largest local product: the work divides only over axes that split batch, M, N or K.
       double work = 2.0 * static_cast<double>(largest_chunk(m_size, c.out.num_pieces(nb))) *
                     static_cast<double>(largest_chunk(n_size, c.out.num_pieces(nb + 1))) *
