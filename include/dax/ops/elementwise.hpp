@@ -155,12 +155,6 @@ DistArray<T> minimum(const DistArray<T>& a, S s) {
   return detail::map<T>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Minimum, T>{T(s)}, a);
 }
 
-// ---- in place: the name rebinds to the result (arrays are immutable values) ----
-template <class T, class B> DistArray<T>& operator+=(DistArray<T>& a, const B& b) { return a = a + b; }
-template <class T, class B> DistArray<T>& operator-=(DistArray<T>& a, const B& b) { return a = a - b; }
-template <class T, class B> DistArray<T>& operator*=(DistArray<T>& a, const B& b) { return a = a * b; }
-template <class T, class B> DistArray<T>& operator/=(DistArray<T>& a, const B& b) { return a = a / b; }
-
 // ---- unary ----
 template <class T> DistArray<T> neg(const DistArray<T>& x) {
   return detail::map<T>(detail::Linearity::additive, detail::fn::Negate{}, x);
@@ -194,3 +188,6 @@ DAX_FLOAT_UNARY(gelu, Gelu)  // the tanh approximation, as jax.nn.gelu's default
 #undef DAX_FLOAT_UNARY
 
 }  // namespace dax
+
+// In place (+=, -=, *=, /=): the name rebinds to the result, which keeps a's sharding.
+#include <dax/ops/compound_assign.hpp>
