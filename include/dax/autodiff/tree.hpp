@@ -86,6 +86,12 @@ template <class T> struct is_tree<std::map<std::string, T>> : is_tree<T> {};
 
 }  // namespace detail
 
+/// One member of a struct tree, for a class template's hand-written dax_tree_fields (see DAX_TREE).
+template <class S, class M>
+detail::TreeField<S, M> tree_field(const char* name, M S::*member) {
+  return {name, member};
+}
+
 /// Whether T (cv-ref ignored) is a tree.
 template <class T>
 inline constexpr bool is_tree_v = detail::is_tree<std::remove_cvref_t<T>>::value;
@@ -115,52 +121,60 @@ inline std::string path_text(const std::string& path) { return path.empty() ? "t
 
 /// Structure that types cannot show (vector sizes, map keys) checked before any leaf is visited,
 /// so a mismatch throws before f has run (and the same on every rank: structure is metadata).
+/// Messages read "<op>: <who> differs from <ref> at <path>: ...".
+struct StructureCheck {
+  const char* op;
+  std::string who;
+  std::string ref = "the first";
+
+  template <class... Parts>
+  [[noreturn]] void fail_at(const std::string& path, const Parts&... parts) const {
+    fail(op, ": ", who, " differs from ", ref, " at ", path_text(path), ": ", parts...);
+  }
+};
+
 template <class T, class U>
-void check_same_structure(const char* op, std::string& path, int which, const T& a, const U& b) {
+void check_same_structure(const StructureCheck& c, std::string& path, const T& a, const U& b) {
   constexpr TreeKind ka = tree_kind<T>(), kb = tree_kind<U>();
   static_assert(ka == kb, "dax: the trees differ in structure (a leaf, std::vector, std::array, std::tuple, "
                           "std::map or DAX_TREE struct in one where the other has something else)");
   if constexpr (ka == TreeKind::vector) {
-    DAX_CHECK(a.size() == b.size(), op, ": tree ", which, " differs from the first at ", path_text(path),
-              ": a std::vector of ", b.size(), " entries where the first has ", a.size());
+    if (a.size() != b.size()) c.fail_at(path, "a std::vector of ", b.size(), " entries, not ", a.size());
     for (size_t i = 0; i < a.size(); ++i) {
       PathScope s(path, std::to_string(i));
-      check_same_structure(op, path, which, a[i], b[i]);
+      check_same_structure(c, path, a[i], b[i]);
     }
   } else if constexpr (ka == TreeKind::array) {
     static_assert(std::tuple_size_v<T> == std::tuple_size_v<U>, "dax: the trees hold std::arrays of different sizes");
     for (size_t i = 0; i < a.size(); ++i) {
       PathScope s(path, std::to_string(i));
-      check_same_structure(op, path, which, a[i], b[i]);
+      check_same_structure(c, path, a[i], b[i]);
     }
   } else if constexpr (ka == TreeKind::tuple) {
     static_assert(std::tuple_size_v<T> == std::tuple_size_v<U>, "dax: the trees hold std::tuples of different sizes");
     [&]<size_t... I>(std::index_sequence<I...>) {
       auto one = [&]<size_t J>(std::integral_constant<size_t, J>) {
         PathScope s(path, std::to_string(J));
-        check_same_structure(op, path, which, std::get<J>(a), std::get<J>(b));
+        check_same_structure(c, path, std::get<J>(a), std::get<J>(b));
       };
       (one(std::integral_constant<size_t, I>{}), ...);
     }(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else if constexpr (ka == TreeKind::map) {
     auto ib = b.begin();
     for (auto ia = a.begin(); ia != a.end(); ++ia, ++ib) {
-      DAX_CHECK(ib != b.end(), op, ": tree ", which, " differs from the first at ", path_text(path),
-                ": it has no key '", ia->first, "'");
-      DAX_CHECK(ia->first == ib->first, op, ": tree ", which, " differs from the first at ", path_text(path),
-                ": key '", ib->first, "' where the first has '", ia->first, "'");
+      if (ib == b.end() || ia->first < ib->first) c.fail_at(path, "no key '", ia->first, "'");
+      if (ia->first != ib->first) c.fail_at(path, "a key '", ib->first, "' not in ", c.ref);
       PathScope s(path, ia->first);
-      check_same_structure(op, path, which, ia->second, ib->second);
+      check_same_structure(c, path, ia->second, ib->second);
     }
-    DAX_CHECK(ib == b.end(), op, ": tree ", which, " differs from the first at ", path_text(path),
-              ": key '", ib->first, "' that the first does not have");
+    if (ib != b.end()) c.fail_at(path, "a key '", ib->first, "' not in ", c.ref);
   } else if constexpr (ka == TreeKind::record) {
     static_assert(std::is_same_v<T, U>, "dax: the trees hold different DAX_TREE structs at the same place");
     std::apply(
         [&](const auto&... field) {
           auto one = [&](const auto& fd) {
             PathScope s(path, fd.name);
-            check_same_structure(op, path, which, a.*fd.member, b.*fd.member);
+            check_same_structure(c, path, a.*fd.member, b.*fd.member);
           };
           (one(field), ...);
         },
@@ -172,7 +186,7 @@ template <class T, class... U>
 void check_same_structures([[maybe_unused]] const char* op, const T& tree, const U&... more) {
   std::string path;
   int which = 1;
-  (check_same_structure(op, path, ++which, tree, more), ...);
+  (check_same_structure(StructureCheck{op, "tree " + std::to_string(++which)}, path, tree, more), ...);
 }
 
 /// The other trees' entries at the same place: the caller has checked the structures match.
@@ -358,8 +372,8 @@ std::vector<std::string> tree_paths(const T& tree) {
 /// in this order: `DAX_TREE(MyParams, w1, b1, w2);` at namespace scope after the struct, in the
 /// struct's own namespace (it is found by argument-dependent lookup). Other members are left out
 /// of the tree (tree_map copies them from its first tree). For a class template, write the same
-/// function by hand: `template <class T> auto dax_tree_fields(const S<T>*) { return
-/// std::make_tuple(dax::detail::TreeField<S<T>, M>{"name", &S<T>::name}, ...); }`.
+/// function by hand beside it: `template <class T> auto dax_tree_fields(const S<T>*) { return
+/// std::make_tuple(dax::tree_field("w", &S<T>::w), dax::tree_field("b", &S<T>::b)); }`.
 #define DAX_TREE(Type, ...)                                                                          \
   [[maybe_unused]] inline auto dax_tree_fields(const Type*) {                                        \
     return ::std::make_tuple(DAX_PP_FOR_EACH(DAX_TREE_FIELD_, Type, __VA_ARGS__));                   \

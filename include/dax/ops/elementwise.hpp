@@ -273,12 +273,6 @@ DistArray<T> minimum(const DistArray<T>& a, S s) {
                            });
 }
 
-// ---- in place: the name rebinds to the result (arrays are immutable values) ----
-template <class T, class B> DistArray<T>& operator+=(DistArray<T>& a, const B& b) { return a = a + b; }
-template <class T, class B> DistArray<T>& operator-=(DistArray<T>& a, const B& b) { return a = a - b; }
-template <class T, class B> DistArray<T>& operator*=(DistArray<T>& a, const B& b) { return a = a * b; }
-template <class T, class B> DistArray<T>& operator/=(DistArray<T>& a, const B& b) { return a = a / b; }
-
 // ---- unary ----
 namespace detail {
 
@@ -336,3 +330,5 @@ DAX_FLOAT_UNARY(gelu, Gelu, GeluGradX, false)  // the tanh approximation, as jax
 }  // namespace dax
 
 #include <dax/ops/reduction.hpp>  // defines sum_to, which the pullbacks use
+// In place (+=, -=, *=, /=): the name rebinds to the result, which keeps a's sharding.
+#include <dax/ops/compound_assign.hpp>
