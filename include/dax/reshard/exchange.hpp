@@ -78,50 +78,99 @@ inline int64_t received_elements(const Exchange& ex) {
   return n;
 }
 
-/// The mesh axes over which some device must receive data in a step from `from` to `to`
-/// (reducing over `reduce_axes`): the smallest group that makes the step possible. Decided per
-/// axis in closed form: a reduced axis is involved when the array has elements; an axis splitting
-/// the source is involved when some device's target piece reaches a source piece whose coordinate
-/// on that axis differs from its own.
-inline std::vector<int> involved_axes(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
-                                      const std::vector<int>& reduce_axes) {
-  const Mesh& mesh = from.mesh();
-  const StepGeometry g(shape, from, to);
+/// What a step's closed-form analysis found, remembered for the last few steps asked about on
+/// this thread: the planner asks the same questions of one pair of shardings from several
+/// catalog files (all-gather, all-to-all and the general exchange share their group and bytes).
+struct StepFacts {
+  Shape shape;
+  NamedSharding from, to;
+  std::vector<int> reduce_axes;
+  std::vector<int> involved;
+  int64_t received = 0;
+};
+
+inline std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& shape, const Mesh& mesh,
+                                           const std::vector<int>& reduce_axes) {
   std::vector<int> out;
   if (numel(shape) == 0) return out;
+  // Per mesh axis splitting the source: its dimension, stride and size; decided in one pass.
+  struct Candidate {
+    int axis;
+    size_t dim;
+    int64_t stride, size, chunk;
+    bool reaches = false;
+  };
+  std::vector<Candidate> open;
+  std::vector<bool> involved(mesh.num_axes(), false);
   for (int a = 0; a < mesh.num_axes(); ++a) {
-    const int64_t m = mesh.axis_size(a);
-    if (m == 1) continue;
+    if (mesh.axis_size(a) == 1) continue;
     if (has_axis(reduce_axes, a)) {
-      out.push_back(a);
+      involved[a] = true;
       continue;
     }
-    size_t dim = shape.size();
     for (size_t d = 0; d < shape.size(); ++d)
-      if (g.from_split(d).uses(a)) dim = d;
-    if (dim == shape.size()) continue;  // sources agree with the receiver on this axis
-    const int64_t stride = g.from_split(dim).stride_of(a);
-    const int64_t pieces = g.from_split(dim).pieces, n = shape[dim];
-    const int64_t chunk = (n + pieces - 1) / pieces;
-    const bool reaches = !g.all_of([&](const std::vector<int64_t>& c) {
+      if (g.from_split(d).uses(a))
+        open.push_back({a, d, g.from_split(d).stride_of(a), mesh.axis_size(a), g.from_chunk(d)});
+  }
+  size_t left = open.size();
+  if (left) {
+    g.all_of([&](const std::vector<int64_t>& c) {
       for (size_t d = 0; d < shape.size(); ++d)
         if (g.to_piece(d, c).size() == 0) return true;
-      // The source pieces meeting this device's target piece: [j0, j1], all with its coordinate?
-      const Slice t = g.to_piece(dim, c);
-      const int64_t j0 = t.start / chunk, j1 = (t.stop - 1) / chunk;
-      return j0 / stride == j1 / stride && (j0 / stride) % m == c[a];
+      for (Candidate& k : open) {
+        if (k.reaches) continue;
+        // The source pieces meeting this device's target piece, [j0, j1]: do they all share its
+        // coordinate on the axis? If not, some other coordinate sends to it.
+        const Slice t = g.to_piece(k.dim, c);
+        const int64_t j0 = t.start / k.chunk, j1 = (t.stop - 1) / k.chunk;
+        if (!(j0 / k.stride == j1 / k.stride && (j0 / k.stride) % k.size == c[k.axis])) {
+          k.reaches = true;
+          --left;
+        }
+      }
+      return left > 0;
     });
-    if (reaches) out.push_back(a);
   }
+  for (const Candidate& k : open) involved[k.axis] = involved[k.axis] || k.reaches;
+  for (int a = 0; a < mesh.num_axes(); ++a)
+    if (involved[a]) out.push_back(a);
   return out;
+}
+
+/// The facts of a step from `from` to `to` reducing over `reduce_axes`: its group (the mesh
+/// axes over which some device must receive data: a reduced axis when the array has elements; an
+/// axis splitting the source when some device's target piece reaches a source piece whose
+/// coordinate on that axis differs from its own) and the most a device receives in it.
+inline const StepFacts& step_facts(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+                                   const std::vector<int>& reduce_axes) {
+  thread_local std::vector<StepFacts> recent;
+  thread_local size_t next = 0;
+  for (const StepFacts& f : recent)
+    if (f.from == from && f.to == to && f.shape == shape && f.reduce_axes == reduce_axes) return f;
+  const StepGeometry g(shape, from, to);
+  StepFacts f{shape, from, to, reduce_axes, find_involved_axes(g, shape, from.mesh(), reduce_axes), 0};
+  int64_t k = 1;
+  for (int a : reduce_axes) k *= from.mesh().axis_size(a);
+  f.received = f.involved.empty() ? 0 : most_received(g, k);
+  if (recent.size() < 8) {
+    recent.push_back(std::move(f));
+    return recent.back();
+  }
+  next = (next + 1) % recent.size();
+  recent[next] = std::move(f);
+  return recent[next];
+}
+
+/// The mesh axes over which some device must receive data in a step (see step_facts).
+inline std::vector<int> involved_axes(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+                                      const std::vector<int>& reduce_axes) {
+  return step_facts(shape, from, to, reduce_axes).involved;
 }
 
 /// Max over devices of the elements an exchange over `involved_axes(...)` receives.
 inline int64_t max_received(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
                             const std::vector<int>& reduce_axes) {
-  int64_t k = 1;
-  for (int a : reduce_axes) k *= from.mesh().axis_size(a);
-  return most_received(StepGeometry(shape, from, to), k);
+  return step_facts(shape, from, to, reduce_axes).received;
 }
 
 /// Whether every region any device sends or receives in a step from `from` to `to` is one

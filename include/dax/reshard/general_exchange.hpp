@@ -18,7 +18,7 @@ inline std::optional<ReshardStep> plan_general_exchange(const Shape& shape, cons
   const auto reduce = reduced_axes(from, to);
   const auto axes = involved_axes(shape, from, to, reduce);
   return ReshardStep{StepKind::general_exchange, from, to, axes, reduce,
-                     axes.empty() ? 0 : max_received(shape, from, to, reduce)};
+                     max_received(shape, from, to, reduce)};
 }
 
 }  // namespace dax::detail

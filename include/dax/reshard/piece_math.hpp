@@ -87,6 +87,8 @@ class StepGeometry {
     for (size_t d = 0; d < shape.size(); ++d) {
       Dim dim{shape[d], DimSplit(mesh_, from.dim_axes(d)), DimSplit(mesh_, to.dim_axes(d)), DimRelation::other};
       dim.relation = relation(dim);
+      dim.from_chunk = (dim.n + dim.from.pieces - 1) / dim.from.pieces;
+      dim.to_chunk = (dim.n + dim.to.pieces - 1) / dim.to.pieces;
       dims_.push_back(std::move(dim));
     }
     // Representative coordinates per mesh axis.
@@ -132,12 +134,14 @@ class StepGeometry {
 
   Slice from_piece(size_t d, const std::vector<int64_t>& c) const {
     const Dim& dim = dims_[d];
-    return chunk_piece(dim.n, dim.from.pieces, dim.from.index(c));
+    return piece(dim.n, dim.from_chunk, dim.from.index(c));
   }
   Slice to_piece(size_t d, const std::vector<int64_t>& c) const {
     const Dim& dim = dims_[d];
-    return chunk_piece(dim.n, dim.to.pieces, dim.to.index(c));
+    return piece(dim.n, dim.to_chunk, dim.to.index(c));
   }
+  /// The chunk (largest piece) of dimension d's source split.
+  int64_t from_chunk(size_t d) const { return dims_[d].from_chunk; }
 
   /// Calls f(coords) for representative devices until it returns false; returns whether it never did.
   template <class F>
@@ -187,7 +191,14 @@ class StepGeometry {
     int64_t n;
     DimSplit from, to;
     DimRelation relation;
+    int64_t from_chunk = 0, to_chunk = 0;
   };
+
+  /// chunk_piece with the chunk computed once.
+  static Slice piece(int64_t n, int64_t chunk, int64_t i) {
+    const int64_t lo = i * chunk, hi = lo + chunk;
+    return {lo < n ? lo : n, hi < n ? hi : n};
+  }
 
   static DimRelation relation(const Dim& dim) {
     if (dim.from.same_axes(dim.to)) return DimRelation::same;

@@ -17,6 +17,7 @@
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/core/error.hpp>
 #include <dax/runtime/backend.hpp>
+#include <dax/runtime/group_table.hpp>
 #include <dax/sharding/mesh.hpp>
 #if DAX_CUDA_BACKEND
 #include <dax/backend/cuda/device.cuh>
@@ -85,8 +86,7 @@ class Runtime {
 
   /// Throws unless every device of `mesh` is a rank of the world.
   void check_mesh(const Mesh& mesh) const {
-    int largest = -1;
-    for (int d : mesh.devices()) largest = d > largest ? d : largest;
+    const int largest = mesh.largest_device();
     DAX_CHECK(largest < size_, to_string(mesh), " needs ", mesh.size(), " devices (ids up to ",
               largest, ") but the world has ", size_, " rank", size_ == 1 ? "" : "s",
               ": launch with mpirun -np ", largest + 1, " or use a smaller mesh");
@@ -97,9 +97,7 @@ class Runtime {
   /// collective over ('model', 'data') ranks members in that order).
   /// Collective over those devices the first time; cached after.
   detail::Communicator& group(const Mesh& mesh, const std::vector<int>& axes) {
-    auto key = std::make_tuple(mesh.shape(), mesh.devices(), axes);
-    auto it = groups_.find(key);
-    if (it != groups_.end()) return *it->second;
+    if (auto* found = groups_.find(mesh, axes)) return **found;
     check_mesh(mesh);
     std::vector<int> members = members_of(mesh, axes);
     MPI_Group world_group = MPI_GROUP_NULL, sub_group = MPI_GROUP_NULL;
@@ -119,8 +117,7 @@ class Runtime {
     MPI_Group_free(&sub_group);
     MPI_Group_free(&world_group);
     detail::mpi_check(rc, "MPI_Comm_create_group");
-    auto [pos, inserted] = groups_.emplace(std::move(key), make_communicator(comm, std::move(name), members));
-    return *pos->second;
+    return *groups_.insert(mesh, axes, make_communicator(comm, std::move(name), members));
   }
 
   /// The communicator of every device of the mesh.
@@ -206,7 +203,7 @@ class Runtime {
   Backend backend_ = Backend::cpu;
   std::unique_ptr<detail::Watchdog> watchdog_;  // declared first: outlives the communicators using it
   std::unique_ptr<detail::MpiCommunicator> world_;
-  std::map<std::tuple<Shape, std::vector<int>, std::vector<int>>, std::unique_ptr<detail::Communicator>> groups_;
+  detail::GroupTable<std::unique_ptr<detail::Communicator>> groups_;
   std::vector<std::function<void()>> shutdown_hooks_;
 };
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <cstdint>
 #include <ostream>
 #include <sstream>
@@ -53,7 +55,9 @@ class Mesh {
     for (int64_t x : m.shape) detail::hash_into(m.hash, x);
     for (const auto& x : m.names) detail::hash_into(m.hash, x);
     for (int x : m.devices) detail::hash_into(m.hash, x);
-    d_ = std::move(data);
+    for (int x : m.devices) m.largest = x > m.largest ? x : m.largest;
+    for (size_t p = 0; p < m.devices.size(); ++p) m.default_devices = m.default_devices && m.devices[p] == static_cast<int>(p);
+    d_ = intern(std::move(data));
   }
 
   int num_axes() const { return static_cast<int>(d_->shape.size()); }
@@ -99,16 +103,16 @@ class Mesh {
     for (size_t i = 0; i < d_->shape.size(); ++i) p = p * d_->shape[i] + coords[i];
     return d_->devices[p];
   }
-  bool has_default_devices() const {
-    for (size_t p = 0; p < d_->devices.size(); ++p)
-      if (d_->devices[p] != static_cast<int>(p)) return false;
-    return true;
-  }
+  bool has_default_devices() const { return d_->default_devices; }
 
+  /// The largest device id (-1 for none): what the world must hold.
+  int largest_device() const { return d_->largest; }
+
+  /// Equal meshes share their data (constructing one interns it), so comparing two is a pointer
+  /// comparison and caches keyed by meshes cost the same for 8 devices as for 16,384.
   friend bool operator==(const Mesh& a, const Mesh& b) {
     if (a.d_ == b.d_) return true;
-    return a.d_->hash == b.d_->hash && a.d_->shape == b.d_->shape && a.d_->names == b.d_->names &&
-           a.d_->devices == b.d_->devices;
+    return same_contents(*a.d_, *b.d_);
   }
 
   size_t hash() const { return d_->hash; }
@@ -127,7 +131,31 @@ class Mesh {
     std::vector<int> devices;
     std::vector<int> position;  // device id -> row-major position, -1 when absent
     size_t hash = 0;
+    int largest = -1;
+    bool default_devices = true;  // devices 0..n-1 in row-major order
   };
+
+  static bool same_contents(const Data& a, const Data& b) {
+    return a.hash == b.hash && a.shape == b.shape && a.names == b.names && a.devices == b.devices;
+  }
+
+  /// The live data of an equal mesh if there is one, else `data` (remembered for the next).
+  static std::shared_ptr<const Data> intern(std::shared_ptr<Data> data) {
+    static std::mutex mutex;
+    static std::unordered_multimap<size_t, std::weak_ptr<const Data>> live;
+    std::lock_guard lock(mutex);
+    auto [lo, hi] = live.equal_range(data->hash);
+    for (auto it = lo; it != hi;) {
+      if (auto other = it->second.lock()) {
+        if (same_contents(*other, *data)) return other;
+        ++it;
+      } else {
+        it = live.erase(it);  // a mesh nobody holds any more
+      }
+    }
+    live.emplace(data->hash, data);
+    return data;
+  }
   std::shared_ptr<const Data> d_;
 };
 
