@@ -113,6 +113,27 @@ inline std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& s
         open.push_back({a, d, g.from_split(d).stride_of(a), mesh.axis_size(a), g.from_chunk(d)});
   }
   size_t left = open.size();
+  if (left && g.separable()) {
+    // A device with a non-empty target piece in every dimension, failing the test in one.
+    bool all_nonempty = true;
+    for (size_t d = 0; d < shape.size() && all_nonempty; ++d) {
+      bool any = false;
+      for (const auto& x : g.samples(d)) any = any || x.to.size() > 0;
+      all_nonempty = any;
+    }
+    for (Candidate& k : open) {
+      if (!all_nonempty) break;
+      for (const auto& x : g.samples(k.dim)) {
+        if (x.to.size() == 0) continue;
+        const int64_t j0 = x.to.start / k.chunk, j1 = (x.to.stop - 1) / k.chunk;
+        if (!(j0 / k.stride == j1 / k.stride && (j0 / k.stride) % k.size == g.coord(k.dim, x, k.axis))) {
+          k.reaches = true;
+          break;
+        }
+      }
+    }
+    left = 0;
+  }
   if (left) {
     g.all_of([&](const std::vector<int64_t>& c) {
       for (size_t d = 0; d < shape.size(); ++d)
@@ -147,7 +168,8 @@ inline const StepFacts& step_facts(const Shape& shape, const NamedSharding& from
   thread_local size_t next = 0;
   for (const StepFacts& f : recent)
     if (f.from == from && f.to == to && f.shape == shape && f.reduce_axes == reduce_axes) return f;
-  const StepGeometry g(shape, from, to);
+  const auto geometry = step_geometry(shape, from, to);
+  const StepGeometry& g = *geometry;
   StepFacts f{shape, from, to, reduce_axes, find_involved_axes(g, shape, from.mesh(), reduce_axes), 0};
   int64_t k = 1;
   for (int a : reduce_axes) k *= from.mesh().axis_size(a);
@@ -178,7 +200,8 @@ inline int64_t max_received(const Shape& shape, const NamedSharding& from, const
 /// devices of a group agree without looking at each other. Conservative: it may answer false where
 /// every region happens to be contiguous (the step then goes by strided datatypes, still exact).
 inline bool regions_contiguous(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
-  const StepGeometry g(shape, from, to);
+  const auto geometry = step_geometry(shape, from, to);
+  const StepGeometry& g = *geometry;
   // A region is narrower than its block in dimension d only where the other side's pieces can cut
   // the block's piece: its pieces neither contain nor avoid it.
   auto cuts = [&](size_t d, bool block_is_source) {

@@ -12,7 +12,7 @@ namespace dax::detail {
 inline std::optional<ReshardStep> plan_local_slice(const Shape& shape, const NamedSharding& from,
                                                    const NamedSharding& to) {
   if (from.unreduced_axes() != to.unreduced_axes()) return std::nullopt;
-  if (!target_inside_source(StepGeometry(shape, from, to))) return std::nullopt;
+  if (!target_inside_source(*step_geometry(shape, from, to))) return std::nullopt;
   return ReshardStep{StepKind::local_slice, from, to, {}, {}, 0};
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -125,7 +126,35 @@ class StepGeometry {
       kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
       reps_[a] = std::move(kept);
     }
+    // When no mesh axis splits two dimensions, dimensions vary independently: each gets its own
+    // samples and a property of every device combines per-dimension facts.
+    std::vector<int> dim_of(na, -1);
+    separable_ = true;
+    for (size_t d = 0; d < dims_.size(); ++d)
+      for (const DimSplit* side : {&dims_[d].from, &dims_[d].to})
+        for (const auto& [a, stride] : side->axes) {
+          if (dim_of[a] >= 0 && dim_of[a] != static_cast<int>(d)) separable_ = false;
+          dim_of[a] = static_cast<int>(d);
+        }
+    if (separable_) {
+      samples_.resize(dims_.size());
+      sample_coords_.resize(dims_.size());
+      for (size_t d = 0; d < dims_.size(); ++d) dim_samples(d);
+    }
   }
+
+  /// One representative device of one dimension: its two pieces and its coordinates (on that
+  /// dimension's axes; 0 elsewhere).
+  struct DimSample {
+    Slice from, to;
+    size_t at;  // its coordinates: coords(d)[at + axis]
+  };
+
+  /// Whether dimensions vary independently (then `samples` holds each dimension's representatives).
+  bool separable() const { return separable_; }
+  const std::vector<DimSample>& samples(size_t d) const { return samples_[d]; }
+  /// The coordinate on mesh axis `axis` of dimension d's sample `x`.
+  int64_t coord(size_t d, const DimSample& x, int axis) const { return sample_coords_[d][x.at + axis]; }
 
   size_t ndim() const { return dims_.size(); }
   DimRelation relation(size_t d) const { return dims_[d].relation; }
@@ -216,11 +245,100 @@ class StepGeometry {
     return DimRelation::other;
   }
 
+  /// The representatives of dimension d alone. Splits that nest or are unrelated use the axes'
+  /// representative coordinates; a finer split whose uneven chunks drift off the coarser grid takes
+  /// every coarse piece and, within it, the fine offsets where a fine piece meets a coarse boundary
+  /// or the end of the array (between those, nothing about the two pieces changes).
+  void dim_samples(size_t d) {
+    const Dim& dim = dims_[d];
+    std::vector<DimSample>& out = samples_[d];
+    std::vector<int64_t>& flat = sample_coords_[d];
+    std::vector<int64_t> coords(mesh_.num_axes(), 0);
+    auto add = [&] {
+      out.push_back({from_piece(d, coords), to_piece(d, coords), flat.size()});
+      flat.insert(flat.end(), coords.begin(), coords.end());
+    };
+    const bool to_fine = dim.to.refines(dim.from), from_fine = dim.from.refines(dim.to);
+    if (dim.relation == DimRelation::other && (to_fine || from_fine)) {
+      const DimSplit& coarse = to_fine ? dim.from : dim.to;
+      const DimSplit& fine = to_fine ? dim.to : dim.from;
+      const int64_t kx = fine.pieces / coarse.pieces;
+      const int64_t cf = to_fine ? dim.to_chunk : dim.from_chunk, cc = to_fine ? dim.from_chunk : dim.to_chunk;
+      const size_t nc = coarse.axes.size();
+      for (int64_t ic = 0; ic < coarse.pieces; ++ic) {
+        for (const auto& [a, stride] : coarse.axes) coords[a] = (ic / stride) % mesh_.axis_size(a);
+        const int64_t base = ic * kx * cf;
+        std::vector<int64_t> xs{0, 1, kx - 2, kx - 1};
+        auto near = [&](int64_t b) {
+          if (b < base) return;
+          const int64_t x = (b - base) / cf;
+          xs.insert(xs.end(), {x - 1, x, x + 1});
+        };
+        for (int64_t j = base / cc; j * cc <= base + kx * cf && j * cc <= dim.n; ++j) near(j * cc);
+        near(dim.n);
+        std::sort(xs.begin(), xs.end());
+        xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+        for (int64_t x : xs) {
+          if (x < 0 || x >= kx) continue;
+          for (size_t i = nc; i < fine.axes.size(); ++i) {
+            const auto& [a, stride] = fine.axes[i];
+            coords[a] = (x / stride) % mesh_.axis_size(a);
+          }
+          add();
+        }
+      }
+      return;
+    }
+    std::vector<int> axes;
+    for (const DimSplit* side : {&dim.from, &dim.to})
+      for (const auto& [a, stride] : side->axes)
+        if (std::find(axes.begin(), axes.end(), a) == axes.end()) axes.push_back(a);
+    std::vector<size_t> at(axes.size(), 0);
+    for (size_t i = 0; i < axes.size(); ++i) coords[axes[i]] = reps_[axes[i]][0];
+    while (true) {
+      add();
+      size_t i = axes.size();
+      while (i > 0 && ++at[i - 1] == reps_[axes[i - 1]].size()) {
+        at[i - 1] = 0;
+        coords[axes[i - 1]] = reps_[axes[i - 1]][0];
+        --i;
+      }
+      if (i == 0) return;
+      coords[axes[i - 1]] = reps_[axes[i - 1]][at[i - 1]];
+    }
+  }
+
   Shape shape_;
   Mesh mesh_;
   std::vector<Dim> dims_;
   std::vector<std::vector<int64_t>> reps_;
+  bool separable_ = false;
+  std::vector<std::vector<DimSample>> samples_;
+  std::vector<std::vector<int64_t>> sample_coords_;
 };
+
+/// The geometry of a step, shared by the questions the planner asks about one pair of
+/// shardings (remembered for the last few pairs on this thread).
+inline std::shared_ptr<const StepGeometry> step_geometry(const Shape& shape, const NamedSharding& from,
+                                                         const NamedSharding& to) {
+  struct Seen {
+    Shape shape;
+    NamedSharding from, to;
+    std::shared_ptr<const StepGeometry> geometry;
+  };
+  thread_local std::vector<Seen> recent;
+  thread_local size_t next = 0;
+  for (const Seen& x : recent)
+    if (x.from == from && x.to == to && x.shape == shape) return x.geometry;
+  Seen x{shape, from, to, std::make_shared<const StepGeometry>(shape, from, to)};
+  if (recent.size() < 8) {
+    recent.push_back(std::move(x));
+    return recent.back().geometry;
+  }
+  next = (next + 1) % recent.size();
+  recent[next] = std::move(x);
+  return recent[next].geometry;
+}
 
 /// The largest piece any device holds under `s` (one dimension's largest chunk times the others').
 inline int64_t largest_piece(const Shape& shape, const NamedSharding& s) {
@@ -234,6 +352,12 @@ inline bool same_pieces(const StepGeometry& g) {
   bool trivial = true;
   for (size_t d = 0; d < g.ndim(); ++d) trivial = trivial && g.relation(d) == DimRelation::same;
   if (trivial) return true;
+  if (g.separable()) {
+    for (size_t d = 0; d < g.ndim(); ++d)
+      for (const auto& x : g.samples(d))
+        if (!(x.from == x.to)) return false;
+    return true;
+  }
   return g.all_of([&](const std::vector<int64_t>& c) {
     for (size_t d = 0; d < g.ndim(); ++d)
       if (!(g.from_piece(d, c) == g.to_piece(d, c))) return false;
@@ -243,6 +367,21 @@ inline bool same_pieces(const StepGeometry& g) {
 
 /// Every device's target piece lies inside its source piece.
 inline bool target_inside_source(const StepGeometry& g) {
+  if (g.separable()) {
+    // Fails when one dimension has a non-empty target piece sticking out of its source piece
+    // while every other dimension has some non-empty target piece.
+    bool all_nonempty = true;
+    for (size_t d = 0; d < g.ndim() && all_nonempty; ++d) {
+      bool any = false;
+      for (const auto& x : g.samples(d)) any = any || x.to.size() > 0;
+      all_nonempty = any;
+    }
+    if (!all_nonempty) return true;
+    for (size_t d = 0; d < g.ndim(); ++d)
+      for (const auto& x : g.samples(d))
+        if (x.to.size() > 0 && (x.to.start < x.from.start || x.to.stop > x.from.stop)) return false;
+    return true;
+  }
   return g.all_of([&](const std::vector<int64_t>& c) {
     bool inside = true, empty = false;
     for (size_t d = 0; d < g.ndim(); ++d) {
@@ -258,6 +397,33 @@ inline bool target_inside_source(const StepGeometry& g) {
 /// holding it, summing partials over `reduce_group` devices: of the reduce_group copies of its
 /// target piece that exist across sources, it holds the part overlapping its own piece.
 inline int64_t most_received(const StepGeometry& g, int64_t reduce_group) {
+  if (g.separable()) {
+    // The value grows with each dimension's target size and shrinks with its overlap: per target
+    // size keep the smallest overlap, then try every combination (at most 3 sizes a dimension).
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> best(g.ndim());
+    for (size_t d = 0; d < g.ndim(); ++d)
+      for (const auto& x : g.samples(d)) {
+        const int64_t t = x.to.size();
+        const int64_t lo = std::max(x.from.start, x.to.start), hi = std::min(x.from.stop, x.to.stop);
+        const int64_t o = hi > lo ? hi - lo : 0;
+        auto it = std::find_if(best[d].begin(), best[d].end(), [&](const auto& p) { return p.first == t; });
+        if (it == best[d].end()) best[d].emplace_back(t, o);
+        else it->second = std::min(it->second, o);
+      }
+    int64_t most = 0;
+    std::vector<size_t> at(g.ndim(), 0);
+    while (true) {
+      int64_t t = 1, o = 1;
+      for (size_t d = 0; d < g.ndim(); ++d) {
+        t *= best[d][at[d]].first;
+        o *= best[d][at[d]].second;
+      }
+      most = std::max(most, reduce_group * t - o);
+      size_t d = g.ndim();
+      while (d > 0 && ++at[d - 1] == best[d - 1].size()) at[--d] = 0;
+      if (d == 0) return most;
+    }
+  }
   return g.max_of([&](const std::vector<int64_t>& c) {
     const auto [t, o] = g.target_and_overlap(c);
     return reduce_group * t - o;

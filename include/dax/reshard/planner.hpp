@@ -27,7 +27,7 @@ namespace dax::detail {
 /// Every device already holds exactly its target piece (the shardings, with the same unreduced
 /// axes, differ only in axes of size 1 or in how they are written, or in splits of empty pieces).
 inline bool same_layout(const Shape& shape, const NamedSharding& a, const NamedSharding& b) {
-  return same_pieces(StepGeometry(shape, a, b));
+  return same_pieces(*step_geometry(shape, a, b));
 }
 
 /// The steps that move data from `from` to `to` (same unreduced axes): nothing, a local slice,
@@ -48,7 +48,7 @@ inline int64_t plan_elements(const std::vector<ReshardStep>& steps) {
 
 /// Elements a device is missing: of its target piece, what it does not hold (max over devices).
 inline int64_t missing_elements(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
-  return most_received(StepGeometry(shape, from, to), 1);
+  return max_received(shape, from, to, {});  // what an exchange without reduction receives
 }
 
 inline std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {

@@ -27,7 +27,7 @@ inline std::optional<ReshardStep> plan_reduce_scatter(const Shape& shape, const 
   for (int a : reduce)
     if (!placed[a]) return std::nullopt;
   // Every member's new piece must lie inside the piece the group shares (uneven splits may not).
-  if (!target_inside_source(StepGeometry(shape, from, to))) return std::nullopt;
+  if (!target_inside_source(*step_geometry(shape, from, to))) return std::nullopt;
   // Each member receives its new piece from every other member of the group.
   return ReshardStep{StepKind::reduce_scatter, from, to, reduce, reduce,
                      (group_size(from.mesh(), reduce) - 1) * largest_piece(shape, to)};
