@@ -203,12 +203,15 @@ if [ "$PHASE" = test ]; then
   for f in "$ROOT"/examples/*.cpp; do targets+=("$(basename "$f" .cpp)_cuda"); done
   configure_and_build "${targets[@]}"
   if [ $BUILT -eq 0 ]; then
-    # Leave 15 s to write the summary; every test has its own TIMEOUT (120 s at most) too.
+    # Leave 15 s to write the summary; every test has its own TIMEOUT (120 s at most) too. With a
+    # GPU visible, every program must run on it: DAX_BACKEND=cuda turns a silent fall-back to the
+    # CPU (the examples' .cuda runs would pass there) into an error that names CUDA's reason.
+    export DAX_BACKEND=cuda
     cd "$BUILD" || exit 2
     # shellcheck disable=SC2086
     step ctest $(($(left) - 15)) ctest -L cuda -V -j "${DAX_GPU_CTEST_JOBS:-4}" --timeout 120 ${DAX_GPU_CTEST_ARGS:-}
     cd "$ROOT" || exit 2
-    python3 "$ROOT/scripts/gpu-summary.py" "$WORK/ctest.log" --gpu-visible yes --title "CUDA tests" \
+    python3 "$ROOT/scripts/gpu-summary.py" "$WORK/ctest.log" --gpu-visible "$GPU" --title "CUDA tests" \
       --out "$WORK/tests.txt" >/dev/null
     verdict=$?
     if [ $RC -eq 124 ] || [ $RC -eq 137 ]; then
@@ -245,7 +248,13 @@ if [ $BUILT -eq 0 ]; then
   # The reshard section needs 2 ranks: on one GPU they share it over the MPI transport.
   step cuda_bench_reshard "$(left)" env DAX_TRANSPORT=mpi mpirun -np 2 --oversubscribe "$bench" --sections reshard \
     --json "$WORK/cuda_bench_reshard.json"
-  if [ $RC -ne 0 ]; then note reshard FAIL $SECS "exit $RC"; else note reshard PASS $SECS "2 ranks, DAX_TRANSPORT=mpi"; fi
+  if [ $RC -ne 0 ]; then
+    note reshard FAIL $SECS "exit $RC"
+  elif grep -q '^SKIPPED' "$WORK/cuda_bench_reshard.log"; then
+    note reshard FAIL $SECS "$(grep -m 1 '^SKIPPED' "$WORK/cuda_bench_reshard.log") (a GPU is visible)"
+  else
+    note reshard PASS $SECS "2 ranks sharing the GPU, DAX_TRANSPORT=mpi"
+  fi
 else
   note cuda_bench FAIL 0 "not run: the build failed"
 fi
@@ -270,7 +279,8 @@ if [ -z "$tests" ] || [ ! -f "$tests" ]; then
   tests=$OUT/test-summary.txt
 fi
 step results 60 python3 "$ROOT/scripts/gpu-results.py" --out-dir "$OUT" --tests "$tests" \
-  --bench "$WORK/cuda_bench.json" --reshard "$WORK/cuda_bench_reshard.json" --torch "$WORK/mlp_torch.json"
+  --bench "$WORK/cuda_bench.json" --reshard "$WORK/cuda_bench_reshard.json" --torch "$WORK/mlp_torch.json" \
+  --device "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
 if [ $RC -eq 0 ]; then
   note results PASS $SECS "$(tail -n 1 "$WORK/results.log")"
 else

@@ -2,7 +2,7 @@
 """The GPU results file: OUTDIR/<device>-<date>.json from one bench phase (scripts/gpu-check.sh).
 
     gpu-results.py --out-dir OUTDIR --tests TEST_SUMMARY --bench CUDA_BENCH_JSON
-                   [--reshard CUDA_BENCH_RESHARD_JSON] [--torch MLP_TORCH_JSON]
+                   [--reshard CUDA_BENCH_RESHARD_JSON] [--torch MLP_TORCH_JSON] [--device NAME]
 
 Every ratio is dax's speed over the raw library's in the same run (1.0 = as fast; above the
 target is good): gemm_vs_cublas per dtype/precision and shape (TFLOP/s), elementwise_vs_copy and
@@ -50,9 +50,9 @@ def file_name(device, date):
     return f"{slug}-{date}.json"
 
 
-def results(bench, reshard, torch, tests, date):
+def results(bench, reshard, torch, tests, date, device=None):
     bench = bench or {}
-    out = {"device": bench.get("device", "unknown"), "date": date,
+    out = {"device": bench.get("device") or device or "unknown", "date": date,
            "tests": tests or {"passed": None, "failed": None, "skipped": None, "summary": "no test summary"}}
     for key in ("cuda_runtime", "cuda_driver", "cublas"):
         if key in bench:
@@ -101,10 +101,11 @@ def main():
     ap.add_argument("--bench")
     ap.add_argument("--reshard")
     ap.add_argument("--torch")
+    ap.add_argument("--device", help="the GPU's name when the benchmark did not run (nvidia-smi's)")
     ap.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
     a = ap.parse_args()
     bench = load(a.bench)
-    data = results(bench, load(a.reshard), load(a.torch), test_counts(a.tests), a.date)
+    data = results(bench, load(a.reshard), load(a.torch), test_counts(a.tests), a.date, a.device)
     path = os.path.join(a.out_dir, file_name(data["device"], a.date))
     with open(path, "w") as f:
         json.dump(data, f, indent=1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The verdict of a GPU test run, from its ctest log (scripts/gpu-check.sh test calls it).
 
-    gpu-summary.py CTEST_LOG [--gpu-visible yes|no|auto] [--out SUMMARY] [--title TEXT]
+    gpu-summary.py CTEST_LOG [--gpu-visible yes|no|auto|EVIDENCE] [--out SUMMARY] [--title TEXT]
 
 Counts passed, failed and skipped tests separately (Timeout, Not Run and crashes count as failed)
 and fails the run (exit 1) when
@@ -82,7 +82,8 @@ def summarize(text, visible, title="dax gpu-check test"):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log")
-    ap.add_argument("--gpu-visible", default="auto", help="yes, no or auto (nvidia-smi -L, /dev/nvidia0)")
+    ap.add_argument("--gpu-visible", default="auto",
+                    help="yes, no, auto (nvidia-smi -L, /dev/nvidia0), or how the GPU was seen (counts as yes)")
     ap.add_argument("--out")
     ap.add_argument("--title", default="dax gpu-check test")
     a = ap.parse_args()
@@ -92,9 +93,10 @@ def main():
     except OSError as e:
         text = ""
         print(f"gpu-summary: cannot read {a.log}: {e}", file=sys.stderr)
-    visible = {"yes": "given as --gpu-visible yes", "no": ""}.get(a.gpu_visible)
-    if visible is None:
+    if a.gpu_visible == "auto":
         visible = gpu_visible()
+    else:  # no, yes, or the evidence itself ("nvidia-smi -L lists GPU 0: ...")
+        visible = {"yes": "given as --gpu-visible yes", "no": ""}.get(a.gpu_visible, a.gpu_visible)
     summary, ok = summarize(text, visible, a.title)
     sys.stdout.write(summary)
     if a.out:
