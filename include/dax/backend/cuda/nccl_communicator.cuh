@@ -36,7 +36,7 @@ inline void nccl_check(ncclResult_t code, const char* call) {
 #define DAX_NCCL_CHECK(call) ::dax::detail::cuda::nccl_check((call), #call)
 
 /// Throws unless `p` (non-null) is memory a GPU kernel may touch. NCCL moves device memory only,
-/// and at one rank it copies nothing at all, so a host buffer handed to it would go unnoticed
+/// and at one rank an in-place call copies nothing at all, so a host buffer handed to it would go unnoticed
 /// there and fault or mislead at more ranks: host values (sizes, flags, checksums) go through
 /// Communicator::host(). One cudaPointerGetAttributes call, a lookup in the driver.
 inline void require_device_memory(const void* p, const char* call) {
