@@ -11,10 +11,17 @@
 //      every timed loop, after warm-up): must be 0;
 //   e. a 2-layer MLP training step written with dax ops (forward, MSE loss, backward by hand, SGD)
 //      vs its five GEMMs alone through cuBLAS; benchmarks/mlp_torch.py times the same step in
-//      PyTorch (scripts/gpu-check.sh puts the two side by side).
+//      PyTorch (scripts/gpu-check.sh puts the two side by side);
+//   f. reductions: dax::sum of a 256 MiB float array (all of it, and along its rows) vs the same
+//      device-to-device copy, as effective bandwidths (bytes read N*4 for the sum);
+//   g. reshard (2 or more ranks only): P('x') -> P() and P('x') -> P(None, 'x') on a mesh of
+//      every rank vs the group communicator's own all_gatherv / all_to_allv moving the same bytes
+//      between plain device buffers; host wall clock of the slowest rank, raw time / dax time.
 // Skips (exit 0) without a GPU. One GPU per rank: under mpirun (DAX_TRANSPORT=mpi when ranks share
 // a GPU) every rank measures on a 1-device mesh of its own, and rank 0 prints.
-//   ./cuda_bench [--json FILE] [--samples N] [--warmup N] [--iters N]
+//   ./cuda_bench [--json FILE] [--samples N] [--warmup N] [--iters N] [--sections a,b,...]
+// Sections: gemm, elementwise, overhead, mlp, reduction, reshard (default: all; reshard needs 2+
+// ranks and is left out at one).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -53,6 +60,8 @@ struct Options {
   int samples = 15;
   int warmup = 3;
   int iters = 10000;
+  std::string sections = "gemm,elementwise,overhead,mlp,reduction,reshard";
+  bool runs(const std::string& section) const { return ("," + sections + ",").find("," + section + ",") != std::string::npos; }
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -67,8 +76,11 @@ bool parse(int argc, char** argv, Options& o) {
       o.warmup = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--iters" && has_value) {
       o.iters = std::max(10, std::atoi(argv[++i]));
+    } else if (arg == "--sections" && has_value) {
+      o.sections = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--samples N] [--warmup N] [--iters N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--samples N] [--warmup N] [--iters N] [--sections a,b,...]\n",
+                   argv[0]);
       return false;
     }
   }
@@ -448,6 +460,120 @@ void bench_overhead(const dax::Mesh& mesh, const Options& o, Report& r) {
                             ", \"meets_target\": " + (ours.total_us <= overhead_target_us ? "true" : "false") + "}");
 }
 
+// ---- f. reductions ----
+
+void bench_reduction(const dax::Mesh& mesh, const Options& o, Report& r) {
+  const dax::NamedSharding rep(mesh, dax::P());
+  const int64_t rows = 16384, cols = (int64_t{256} << 20) / sizeof(float) / rows;  // 256 MiB
+  const auto x = dax::random::normal<float>(dax::random::key(7), {rows, cols}, rep);
+  DeviceBlock src(rows * cols * sizeof(float)), dst(rows * cols * sizeof(float));
+  fill(src, 9);
+  const cudaStream_t stream = cu::context().stream();
+  const Op all = [&] { (void)dax::sum(x); };
+  const Op by_row = [&] { (void)dax::sum(x, {1}); };
+  const Op raw = [&] {
+    DAX_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), dst.bytes(), cudaMemcpyDeviceToDevice, stream));
+  };
+  {  // the sums are right (against a double sum on the host of a few rows)
+    const auto s = dax::sum(x, {1}).to_host();
+    std::vector<float> head(4 * cols);
+    cu::copy_to_host(head.data(), x.local_data().data(), head.size() * sizeof(float));
+    for (int64_t i = 0; i < 4; ++i) {
+      double want = 0, magnitude = 0;
+      for (int64_t j = 0; j < cols; ++j) want += head[i * cols + j], magnitude += std::abs(head[i * cols + j]);
+      if (std::abs(s[i] - want) > 1e-5 * magnitude) throw dax::Error("sum along rows: row " + std::to_string(i) + " is wrong");
+    }
+  }
+  const int reps = warm_up({all, by_row, raw}, o.warmup, 5.0);
+  std::vector<double> ms;
+  {
+    SteadyState steady(r, "sum 256 MiB");
+    ms = time_by_turns({all, by_row, raw}, reps, o.samples);
+  }
+  const double bytes = static_cast<double>(rows * cols) * sizeof(float);
+  const double all_gbs = bytes / (ms[0] * 1e-3) / 1e9, row_gbs = bytes / (ms[1] * 1e-3) / 1e9;
+  const double copy_gbs = 2 * bytes / (ms[2] * 1e-3) / 1e9;
+  r.line("#\n# f. reductions of a (%lld, %lld) float32 array (256 MiB, P() on 1 device) vs cudaMemcpyAsync D2D of\n"
+         "#    256 MiB; GB/s counting bytes moved (sum reads N*4, copy 2 N*4); median of %d samples\n"
+         "# op              ms      GB/s  ratio to copy\n"
+         "sum(x)      %8.4f %9.1f %8.3f\n"
+         "sum(x, {1}) %8.4f %9.1f %8.3f\n"
+         "copy        %8.4f %9.1f\n",
+         static_cast<long long>(rows), static_cast<long long>(cols), o.samples, ms[0], all_gbs, all_gbs / copy_gbs,
+         ms[1], row_gbs, row_gbs / copy_gbs, ms[2], copy_gbs);
+  r.json_sections.push_back("\"reduction\": {\"rows\": " + std::to_string(rows) + ", \"cols\": " + std::to_string(cols) +
+                            ", \"sum_all_ms\": " + json_number(ms[0]) + ", \"sum_rows_ms\": " + json_number(ms[1]) +
+                            ", \"copy_ms\": " + json_number(ms[2]) + ", \"sum_all_gbps\": " + json_number(all_gbs) +
+                            ", \"sum_rows_gbps\": " + json_number(row_gbs) + ", \"copy_gbps\": " + json_number(copy_gbs) +
+                            ", \"sum_all_ratio\": " + json_number(all_gbs / copy_gbs) +
+                            ", \"sum_rows_ratio\": " + json_number(row_gbs / copy_gbs) + "}");
+}
+
+// ---- g. reshard against the transport's own call ----
+
+/// Host wall-clock ms of the slowest rank for `op` (device synchronized and ranks lined up before,
+/// device synchronized after), median over samples.
+double slowest_rank_ms(const Op& op, int samples) {
+  std::vector<double> ms;
+  for (int i = 0; i < samples; ++i) {
+    cu::synchronize();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    op();
+    cu::synchronize();
+    double mine = std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    ms.push_back(slowest);
+  }
+  return median(std::move(ms));
+}
+
+void bench_reshard(dax::Runtime& rt, const Options& o, Report& r) {
+  const int n = rt.size();
+  const dax::Mesh mesh({n}, {"x"});
+  const int64_t rows = 1024 * n, cols = 4096;  // 16 MiB per rank's piece, float32
+  const auto x = dax::random::normal<float>(dax::random::key(8), {rows, cols}, dax::NamedSharding(mesh, dax::P("x")));
+  const dax::NamedSharding to_all(mesh, dax::P()), to_cols(mesh, dax::P(dax::none, "x"));
+  auto& comm = rt.group(mesh, {0});
+  const int64_t piece = rows * cols / n;  // elements per rank
+  DeviceBlock send(piece * sizeof(float)), recv(piece * n * sizeof(float));
+  fill(send, 11);
+  std::vector<int64_t> counts(n, piece), displs(n), block(n, piece / n), block_displs(n);
+  for (int j = 0; j < n; ++j) displs[j] = j * piece, block_displs[j] = j * (piece / n);
+  const Op gather = [&] { (void)dax::reshard(x, to_all); };
+  const Op raw_gather = [&] { comm.all_gatherv(send.get(), recv.get(), counts, displs, dax::DType::float32); };
+  const Op to_columns = [&] { (void)dax::reshard(x, to_cols); };
+  const Op raw_all_to_all = [&] {
+    comm.all_to_allv(send.get(), block, block_displs, recv.get(), block, block_displs, dax::DType::float32);
+  };
+  if (dax::reshard(x, to_all).to_host() != x.to_host()) throw dax::Error("reshard P('x') -> P(): values differ");
+  for (const Op* op : {&gather, &raw_gather, &to_columns, &raw_all_to_all})
+    for (int i = 0; i < o.warmup; ++i) (*op)();
+  double ms[4];
+  {
+    SteadyState steady(r, "reshard");
+    ms[0] = slowest_rank_ms(gather, o.samples);
+    ms[1] = slowest_rank_ms(raw_gather, o.samples);
+    ms[2] = slowest_rank_ms(to_columns, o.samples);
+    ms[3] = slowest_rank_ms(raw_all_to_all, o.samples);
+  }
+  r.line("#\n# g. reshard of a (%lld, %lld) float32 array on %d ranks (DAX_TRANSPORT=%s) vs the group communicator's own\n"
+         "#    call on plain device buffers moving the same bytes; host wall clock of the slowest rank, median of %d\n"
+         "# transition             dax(ms)    raw(ms)  raw/dax\n"
+         "P('x') -> P()         %9.3f %10.3f %8.3f\n"
+         "P('x') -> P(None,'x') %9.3f %10.3f %8.3f\n",
+         static_cast<long long>(rows), static_cast<long long>(cols), n,
+         std::getenv("DAX_TRANSPORT") ? std::getenv("DAX_TRANSPORT") : "nccl", o.samples, ms[0], ms[1], ms[1] / ms[0],
+         ms[2], ms[3], ms[3] / ms[2]);
+  r.json_sections.push_back(
+      "\"reshard\": {\"ranks\": " + std::to_string(n) + ", \"transport\": " +
+      json_string(std::getenv("DAX_TRANSPORT") ? std::getenv("DAX_TRANSPORT") : "nccl") + ", \"rows\": " +
+      std::to_string(rows) + ", \"cols\": " + std::to_string(cols) + ", \"all_gather_dax_ms\": " + json_number(ms[0]) +
+      ", \"all_gather_raw_ms\": " + json_number(ms[1]) + ", \"all_gather_ratio\": " + json_number(ms[1] / ms[0]) +
+      ", \"all_to_all_dax_ms\": " + json_number(ms[2]) + ", \"all_to_all_raw_ms\": " + json_number(ms[3]) +
+      ", \"all_to_all_ratio\": " + json_number(ms[3] / ms[2]) + "}");
+}
+
 // ---- e. MLP training step ----
 
 struct Mlp {
@@ -587,11 +713,12 @@ void write_json(const std::string& path, const std::string& body) {
 int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) return 2;
-  // Before MPI and the runtime: a machine without a GPU skips at once.
-  if (cu::visible_gpus() == 0) {
+  // Before MPI and the runtime: a machine without a GPU skips at once, saying why (CUDA's error).
+  if (const dax::detail::GpuQuery q = cu::query_gpus(); q.count == 0) {
     if (launcher_rank() == 0) {
-      std::printf("SKIPPED: no CUDA device visible\n");
-      write_json(o.json, "{\"benchmark\": \"cuda\", \"skipped\": \"no CUDA device visible\"}\n");
+      const std::string why = dax::detail::describe_gpu_query(q);
+      std::printf("SKIPPED: %s\n", why.c_str());
+      write_json(o.json, "{\"benchmark\": \"cuda\", \"skipped\": " + json_string(why) + "}\n");
     }
     return 0;
   }
@@ -622,10 +749,12 @@ int main(int argc, char** argv) {
                               ", \"cublas\": " + std::to_string(blas_version) + ", \"ranks\": " +
                               std::to_string(rt.size()) + ", \"samples\": " + std::to_string(o.samples) +
                               ", \"warmup\": " + std::to_string(o.warmup));
-    bench_gemm(mesh, o, r);
-    bench_elementwise(mesh, o, r);
-    bench_overhead(mesh, o, r);
-    bench_mlp(mesh, o, r);
+    if (o.runs("gemm")) bench_gemm(mesh, o, r);
+    if (o.runs("elementwise")) bench_elementwise(mesh, o, r);
+    if (o.runs("overhead")) bench_overhead(mesh, o, r);
+    if (o.runs("mlp")) bench_mlp(mesh, o, r);
+    if (o.runs("reduction")) bench_reduction(mesh, o, r);
+    if (o.runs("reshard") && rt.size() > 1) bench_reshard(rt, o, r);
     report_allocations(r);
     r.line("#\n# targets met: %d of %d\n", r.met, r.targets);
     r.json_sections.push_back("\"targets\": " + std::to_string(r.targets) + ", \"targets_met\": " + std::to_string(r.met));

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include <dax/core/shape.hpp>
 #include <dax/ops/functors.hpp>
 
+#include "../common/ulp.hpp"
 #include "skip_without_gpu.hpp"
 
 namespace cpu = dax::detail::cpu;
@@ -349,6 +351,41 @@ void test_elementwise() {
                    operand<float>({}));
 }
 
+// The transcendental functors: GPU (CUDA's libm, FMA contraction) against the same functor on the
+// CPU (glibc), within the ULPs of tests/common/ulp.hpp, the table the shared tests use; the
+// correctly rounded ones (sqrt, rsqrt, division) exactly.
+template <class T, class F>
+std::string check_libm(const char* op, F f, double lo, double hi, bool at_scale = false) {
+  std::vector<T> in(100003);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (auto& v : in) v = static_cast<T>(dist(rng));
+  const Shape shape{static_cast<int64_t>(in.size())};
+  const std::array<std::vector<int64_t>, 1> strides{dax::detail::row_major_strides(shape)};
+  std::vector<T> want(in.size());
+  cpu::broadcast_map(want.data(), shape, strides, f, in.data());
+  const auto d_in = upload(in);
+  DeviceArray<T> out{gpu::allocate(in.size() * sizeof(T)), in.size()};
+  gpu::broadcast_map(out.data(), shape, strides, f, d_in.data());
+  const auto got = download(out);
+  if (op == nullptr) return difference(got, want);
+  return dax::test::ulp_mismatch(got, want, op, 1, at_scale ? in : std::vector<T>{});
+}
+
+template <class T>
+void test_libm() {
+  namespace fn = dax::detail::fn;
+  const std::string type = type_name<T>();
+  expect_same("exp<" + type + ">", check_libm<T>("exp", fn::Exp{}, -80, 80));
+  expect_same("log<" + type + ">", check_libm<T>("log", fn::Log{}, 1e-6, 1e6));
+  expect_same("tanh<" + type + ">", check_libm<T>("tanh", fn::Tanh{}, -12, 12));
+  expect_same("sin<" + type + ">", check_libm<T>("sin", fn::Sin{}, -100, 100));
+  expect_same("cos<" + type + ">", check_libm<T>("cos", fn::Cos{}, -100, 100));
+  expect_same("sigmoid<" + type + ">", check_libm<T>("sigmoid", fn::Sigmoid{}, -80, 80));
+  expect_same("gelu<" + type + ">", check_libm<T>("gelu", fn::Gelu{}, -12, 12, true));
+  expect_same("sqrt<" + type + "> (exact)", check_libm<T>(nullptr, fn::Sqrt{}, 0, 1e6));
+  expect_same("rsqrt<" + type + "> (exact)", check_libm<T>(nullptr, fn::Rsqrt{}, 1e-6, 1e6));
+}
+
 // ---- reductions ----
 
 std::vector<bool> flags(size_t rank, unsigned mask) {
@@ -604,6 +641,8 @@ int main() {
   run("copy_region<half>", [] { test_copy<Eigen::half>(); });
   run("copy_region edges and fill", test_copy_edges);
   run("broadcast_map", test_elementwise);
+  run("libm functors<float>", test_libm<float>);
+  run("libm functors<double>", test_libm<double>);
   run("reduce_dims", test_reduce);
   run("arg_reduce", test_arg_reduce);
   run("permute", test_permute);

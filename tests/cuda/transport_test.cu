@@ -412,6 +412,32 @@ int run(int gpus, int local_rank, int local_size) {
     auto group = cu::make_gpu_communicator(half, "('half',)", members, &watchdog);
     check_communicator(*group, "('half',) over " + cu::to_string(transport));
   }
+  if (transport == cu::Transport::nccl) {
+    // Host memory handed to NCCL is refused on every member, also at one rank, where NCCL itself
+    // would copy nothing and so never notice (io/checkpoint.hpp once sent its sizes that way).
+    where = "host memory through NCCL";
+    auto world = cu::make_gpu_communicator(dup_world(), "world", {}, &watchdog);
+    int64_t host_values[2] = {7, 8};
+    const auto refused = [&](const char* call, const std::function<void()>& f) {
+      std::string message;
+      try {
+        f();
+      } catch (const dax::Error& e) {
+        message = e.what();
+      }
+      EXPECT(message.rfind(std::string("NCCL transport: ") + call + " was given host memory", 0) == 0, call,
+             " of a host buffer: got '", message, "'");
+    };
+    refused("broadcast", [&] { world->broadcast(host_values, 2, dax::DType::int64, 0); });
+    refused("all_reduce", [&] { world->all_reduce(nullptr, host_values, 2, dax::DType::int64, dax::detail::ReduceOp::sum); });
+    refused("all_gatherv", [&] {
+      world->all_gatherv(nullptr, host_values, std::vector<int64_t>(world->size(), 0),
+                         std::vector<int64_t>(world->size(), 0), dax::DType::int64);
+    });
+    DeviceArray<int64_t> on_device(std::vector<int64_t>{7, 8});
+    world->broadcast(on_device.data(), 2, dax::DType::int64, 0);  // device memory still passes
+    EXPECT(on_device.download() == std::vector<int64_t>({7, 8}), "broadcast of device memory after the refusals");
+  }
   if (transport == cu::Transport::mpi) {
     // The staged path whatever the MPI: the factory passes device pointers to a CUDA-aware one.
     cu::StagedMpiCommunicator staged(std::make_unique<dax::detail::MpiCommunicator>(dup_world()), false);

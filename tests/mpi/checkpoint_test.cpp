@@ -65,8 +65,9 @@ bool piece_matches(const dax::DistArray<T>& x, const std::vector<T>& global, con
   if (x.shape() != shape) return false;
   if (!x.is_addressable()) return true;
   const auto want = dax::test::slice_of(global, shape, x.local_index());
-  return static_cast<int64_t>(want.size()) == x.local_size() &&
-         (want.empty() || std::memcmp(x.local_data().data(), want.data(), want.size() * sizeof(T)) == 0);
+  const auto got = x.local_to_host();  // local_data() is device memory on CUDA
+  return want.size() == got.size() &&
+         (want.empty() || std::memcmp(got.data(), want.data(), want.size() * sizeof(T)) == 0);
 }
 
 std::vector<Mesh> smaller_and_equal_meshes() { return dax::test::meshes_that_fit(); }
@@ -174,7 +175,7 @@ TEST_CASE("bool checkpoints", "[io][checkpoint]") {
   dax::save(scratch / "b.npy", x);
   const auto y = dax::load<bool>(scratch / "b.npy", NamedSharding(line, P(dax::none, "x")));
   const auto want = dax::test::slice_of(global, shape, y.local_index());
-  const auto got = y.local_data();
+  const auto got = y.local_to_host();
   CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end()));
   CHECK(error_of([&] { dax::load<int32_t>(scratch / "b.npy", NamedSharding(line, P())); }) ==
         "load: " + (scratch / "b.npy") + " holds bool ('|b1'), not the int32 ('<i4') asked for");

@@ -2,8 +2,10 @@
 // the same for every sharding and rank count.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
+#include "../common/ulp.hpp"
 #include "helpers.hpp"
 
 using dax::Mesh;
@@ -66,16 +68,25 @@ TEST_CASE("softmax, log_softmax and logsumexp", "[ops][reduction]") {
     const auto sm = dax::softmax(x).to_host(), lsm = dax::log_softmax(x).to_host();
     const auto lse = dax::logsumexp(x, {1}).to_host();
     const int64_t cols = shape[1];
+    // The reference sums in order; dax sums each piece, then the pieces: within the ULPs of
+    // tests/common/ulp.hpp for a sum of `cols` terms (log_softmax, logsumexp at their terms' scale).
+    std::vector<double> want_sm(h.size()), want_lsm(h.size()), lsm_scale(h.size()), want_lse(4), lse_scale(4);
     for (int i = 0; i < 4; ++i) {
       double mx = -1e300, total = 0;
       for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, h[i * cols + j]);
       for (int64_t j = 0; j < cols; ++j) total += std::exp(h[i * cols + j] - mx);
-      CHECK(lse[i] == Approx(mx + std::log(total)).epsilon(1e-12).margin(1e-12));
+      want_lse[i] = mx + std::log(total);
+      lse_scale[i] = std::max(std::abs(mx), 1.0);
       for (int64_t j = 0; j < cols; ++j) {
-        CHECK(sm[i * cols + j] == Approx(std::exp(h[i * cols + j] - mx) / total).epsilon(1e-12).margin(1e-12));
-        CHECK(lsm[i * cols + j] == Approx(h[i * cols + j] - mx - std::log(total)).epsilon(1e-12).margin(1e-12));
+        want_sm[i * cols + j] = std::exp(h[i * cols + j] - mx) / total;
+        want_lsm[i * cols + j] = h[i * cols + j] - mx - std::log(total);
+        // dax computes x - (max + log(sum)): both terms are rounded at their own magnitude.
+        lsm_scale[i * cols + j] = std::max({std::abs(h[i * cols + j]), std::abs(mx), 1.0});
       }
     }
+    CHECK(dax::test::ulp_mismatch(sm, want_sm, "softmax", cols) == "");
+    CHECK(dax::test::ulp_mismatch(lsm, want_lsm, "log_softmax", cols, lsm_scale) == "");
+    CHECK(dax::test::ulp_mismatch(lse, want_lse, "logsumexp", cols, lse_scale) == "");
   }
 }
 

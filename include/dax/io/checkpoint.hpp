@@ -50,28 +50,32 @@ inline MPI_Comm native_comm(Communicator& c) {
   return mpi->native();
 }
 
-// Coordination goes through the group's Communicator (so it is guarded like every dax collective:
-// fingerprints, watchdog); only the MPI-IO calls use the MPI communicator underneath.
+// Coordination moves host values (sizes, error texts, checksums), so it goes through the group's
+// host communicator, group.host(): the group itself on CPU, the MPI communicator underneath a GPU
+// transport, whose NCCL collectives take device memory only. It is guarded like every dax
+// collective (fingerprints, watchdog); the MPI-IO calls open files on its MPI communicator.
 
 /// A string from `root` to every member (as int64 words: the Communicator moves numbers).
 inline void broadcast(Communicator& group, std::string& s, int root) {
+  Communicator& host = group.host();
   int64_t n = static_cast<int64_t>(s.size());
-  group.broadcast(&n, 1, DType::int64, root);
+  host.broadcast(&n, 1, DType::int64, root);
   if (n == 0) {
     s.clear();
     return;
   }
   std::vector<int64_t> words(static_cast<size_t>((n + 7) / 8), 0);
-  if (group.rank() == root) std::memcpy(words.data(), s.data(), static_cast<size_t>(n));
-  group.broadcast(words.data(), static_cast<int64_t>(words.size()), DType::int64, root);
+  if (host.rank() == root) std::memcpy(words.data(), s.data(), static_cast<size_t>(n));
+  host.broadcast(words.data(), static_cast<int64_t>(words.size()), DType::int64, root);
   s.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
 }
 
 /// Decides together: each member passes its own error ("" if none); every member gets the error
 /// of the lowest-ranked member that had one ("" if none did). Also a barrier.
 inline std::string agreed_error(Communicator& group, const std::string& mine) {
-  int64_t first = mine.empty() ? group.size() : group.rank();
-  group.all_reduce(nullptr, &first, 1, DType::int64, ReduceOp::min);
+  Communicator& host = group.host();
+  int64_t first = mine.empty() ? host.size() : host.rank();
+  host.all_reduce(nullptr, &first, 1, DType::int64, ReduceOp::min);
   if (first == group.size()) return {};
   std::string text = group.rank() == first ? mine : std::string();
   broadcast(group, text, static_cast<int>(first));
@@ -91,7 +95,7 @@ inline void agree_or_fail(Communicator& group, const std::string& mine, const st
 /// signed overflow for any group size MPI can have) and put back together.
 inline uint64_t sum_over(Communicator& group, uint64_t mine) {
   int64_t halves[2] = {static_cast<int64_t>(mine & 0xffffffffu), static_cast<int64_t>(mine >> 32)};
-  group.all_reduce(nullptr, halves, 2, DType::int64, ReduceOp::sum);
+  group.host().all_reduce(nullptr, halves, 2, DType::int64, ReduceOp::sum);
   return (static_cast<uint64_t>(halves[1]) << 32) + static_cast<uint64_t>(halves[0]);
 }
 
@@ -410,7 +414,7 @@ void save_file(const std::filesystem::path& path, const DistArray<T>& array) {
   const bool writes = sharding.replica_id(rt.rank()) == 0;  // replicas are written once
   PieceView view;
   make_view<T>(view, "save", shape, box, writes, !pieces_are_contiguous(shape, sharding, true));
-  Communicator& group = rt.mesh_group(mesh);
+  Communicator& group = rt.mesh_group(mesh).host();  // host values only: see the helpers above
   const int me = group.rank();
   const T* data = array.local_data().data();
   std::unique_ptr<T[]> staged;  // MPI-IO writes from host memory: a GPU piece is copied down first
@@ -518,7 +522,7 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
   const bool member = mesh.contains(rt.rank());
   // Ranks outside the mesh take part in nothing, but still need the shape: they read the header
   // and sidecar themselves (and refuse what they see there, with the same messages).
-  Communicator* group = member ? &rt.mesh_group(mesh) : nullptr;
+  Communicator* group = member ? &rt.mesh_group(mesh).host() : nullptr;  // host values only
   const OpLabel label([&] { return cat("load ", name, " ", to_string(dtype_v<T>), " ", to_string(sharding.spec())); });
   const Facts facts = member ? shared_facts(*group, name) : read_facts(name);
   const Verified v = verify<T>(name, facts);

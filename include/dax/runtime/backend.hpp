@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include <dax/backend/gpu_query.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/macros.hpp>
 
@@ -28,20 +29,20 @@ inline Backend& active_backend() {
   return backend;
 }
 
-/// The choice for DAX_BACKEND = `wanted` ("" when unset) with `gpus` GPUs visible.
-inline Backend choose_backend(const std::string& wanted, int gpus) {
+/// The choice for DAX_BACKEND = `wanted` ("" when unset) given what the GPU query found.
+inline Backend choose_backend(const std::string& wanted, const GpuQuery& gpus) {
   if (wanted == "cpu") return Backend::cpu;
   if (wanted == "cuda") {
     DAX_CHECK(compiled_with_cuda(), "DAX_BACKEND=cuda, but this program was compiled without CUDA "
               "(compile it with nvcc and link dax::dax_cuda, which defines DAX_HAS_CUDA)");
-    DAX_CHECK(gpus > 0, "DAX_BACKEND=cuda, but no CUDA device is visible (CUDA_VISIBLE_DEVICES, driver?)");
+    DAX_CHECK(gpus.count > 0, "DAX_BACKEND=cuda, but ", describe_gpu_query(gpus));
     return Backend::cuda;
   }
   DAX_CHECK(wanted.empty(), "DAX_BACKEND must be 'cpu' or 'cuda', got '", wanted, "'");
-  return compiled_with_cuda() && gpus > 0 ? Backend::cuda : Backend::cpu;
+  return compiled_with_cuda() && gpus.count > 0 ? Backend::cuda : Backend::cpu;
 }
 
-inline Backend choose_backend(int gpus) {
+inline Backend choose_backend(const GpuQuery& gpus) {
   const char* env = std::getenv("DAX_BACKEND");
   return choose_backend(env ? env : "", gpus);
 }

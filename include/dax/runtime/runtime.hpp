@@ -75,6 +75,11 @@ class Runtime {
   uint64_t generation() const { return generation_; }
   int size() const { return size_; }
   Backend backend() const { return backend_; }
+  /// What the GPU query found when the runtime started, e.g. "no usable CUDA device:
+  /// cudaGetDeviceCount failed with cudaErrorInsufficientDriver (...)": why the backend is the CPU.
+  std::string gpu_status() const {
+    return detail::compiled_with_cuda() ? detail::describe_gpu_query(gpus_) : "compiled without CUDA: CPU only";
+  }
 
   /// The runtime the program created.
   static Runtime& current() {
@@ -152,10 +157,11 @@ class Runtime {
     rank_ = world_->rank();
     size_ = world_->size();
 #if DAX_CUDA_BACKEND
-    backend_ = detail::choose_backend(detail::cuda::visible_gpus());
+    gpus_ = detail::cuda::query_gpus();
+    backend_ = detail::choose_backend(gpus_);
     if (backend_ == Backend::cuda) detail::cuda::context().init(node_local_rank(world));
 #else
-    backend_ = detail::choose_backend(0);
+    backend_ = detail::choose_backend(gpus_);
 #endif
     detail::active_backend() = backend_;
     static uint64_t created = 0;
@@ -201,6 +207,7 @@ class Runtime {
   uint64_t generation_ = 0;
   int rank_ = 0, size_ = 1;
   Backend backend_ = Backend::cpu;
+  detail::GpuQuery gpus_;
   std::unique_ptr<detail::Watchdog> watchdog_;  // declared first: outlives the communicators using it
   std::unique_ptr<detail::MpiCommunicator> world_;
   detail::GroupTable<std::unique_ptr<detail::Communicator>> groups_;

@@ -6,8 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
+#include <dax/backend/gpu_query.hpp>
 #include <dax/backend/launch_shape.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/core/error.hpp>
@@ -35,14 +37,32 @@ inline void check_cublas(cublasStatus_t status, const char* call) {
 
 namespace dax::detail::cuda {
 
-/// Devices this process can see; 0 when there is no driver or no device.
-inline int visible_gpus() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
+/// Asks CUDA how many devices this process can see, keeping CUDA's error when the question
+/// fails (no driver, a driver too old, no device): never a silent 0. Does not throw.
+inline GpuQuery query_gpus() {
+  GpuQuery q;
+  q.call = "cudaGetDeviceCount";
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    q.visible_devices_set = true;
+    q.visible_devices = env;
   }
-  return count;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    q.error_name = cudaGetErrorName(status);
+    q.error_text = cudaGetErrorString(status);
+    return q;
+  }
+  q.count = count;
+  return q;
+}
+
+/// Devices this process can see; throws dax::Error with CUDA's reason when there are none.
+inline int visible_gpus() {
+  const GpuQuery q = query_gpus();
+  DAX_CHECK(q.count > 0, "CUDA backend: ", describe_gpu_query(q));
+  return q.count;
 }
 
 /// The report of a wait for the device that outlived DAX_TIMEOUT_S (run by the watchdog thread).
@@ -77,7 +97,6 @@ class DeviceContext {
   /// Calling it again for the same GPU does nothing.
   void init(int node_local_rank) {
     const int gpus = visible_gpus();
-    DAX_CHECK(gpus > 0, "CUDA backend: no CUDA device visible (cudaGetDeviceCount found none)");
     const int device = node_local_rank % gpus;
     if (initialized_) {
       DAX_CHECK(device == device_, "CUDA backend: already running on GPU ", device_, "; cannot switch to GPU ", device,

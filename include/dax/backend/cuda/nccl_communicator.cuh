@@ -35,6 +35,21 @@ inline void nccl_check(ncclResult_t code, const char* call) {
 
 #define DAX_NCCL_CHECK(call) ::dax::detail::cuda::nccl_check((call), #call)
 
+/// Throws unless `p` (non-null) is memory a GPU kernel may touch. NCCL moves device memory only,
+/// and at one rank an in-place call copies nothing at all, so a host buffer handed to it would go unnoticed
+/// there and fault or mislead at more ranks: host values (sizes, flags, checksums) go through
+/// Communicator::host(). One cudaPointerGetAttributes call, a lookup in the driver.
+inline void require_device_memory(const void* p, const char* call) {
+  if (p == nullptr) return;
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, p);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  const bool device = status == cudaSuccess &&
+                      (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
+  DAX_CHECK(device, "NCCL transport: ", call, " was given host memory (", p,
+            "); NCCL moves device memory only: send host values through the group's host() communicator");
+}
+
 inline ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::float32: return ncclFloat32;
@@ -213,6 +228,8 @@ class NcclCommunicator final : public Communicator {
   void all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
                    const std::vector<int64_t>& displs, DType type) override {
     check_per_member(size(), "all_gatherv", counts, displs);
+    require_device_memory(send, "all_gatherv");
+    require_device_memory(recv, "all_gatherv");
     const auto guard = guard_queued("all_gather", total(counts), type);
     const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
@@ -246,6 +263,8 @@ class NcclCommunicator final : public Communicator {
     const int me = rank();
     DAX_CHECK(send_counts[me] == recv_counts[me], "all_to_allv: member ", me, " sends itself ", send_counts[me],
               " elements but receives ", recv_counts[me]);
+    require_device_memory(send, "all_to_allv");
+    require_device_memory(recv, "all_to_allv");
     const auto guard = guard_queued("all_to_all", 0, type);  // members send different amounts
     const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
@@ -270,6 +289,8 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
     check_per_member(size(), "reduce_scatter", counts);
+    require_device_memory(send, "reduce_scatter");
+    require_device_memory(recv, "reduce_scatter");
     const auto guard = guard_queued("reduce_scatter", total(counts), type);
     const ncclComm_t comm = comm_;
     const ncclDataType_t t = nccl_type(type);
@@ -296,6 +317,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
+    require_device_memory(send, "all_reduce");
+    require_device_memory(recv, "all_reduce");
     const auto guard = guard_queued("all_reduce", count, type);
     const ncclComm_t comm = comm_;
     if (count == 0) return;
@@ -306,6 +329,7 @@ class NcclCommunicator final : public Communicator {
 
   void broadcast(void* data, int64_t count, DType type, int root) override {
     DAX_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a member of a group of ", size());
+    require_device_memory(data, "broadcast");
     const auto guard = guard_queued("broadcast", count, type);
     const ncclComm_t comm = comm_;
     if (count == 0) return;
@@ -323,6 +347,8 @@ class NcclCommunicator final : public Communicator {
     const int n = size(), me = rank();
     DAX_CHECK(dst >= -1 && dst < n && src >= -1 && src < n, "send_recv: peers ", dst, " and ", src,
               " are not members of a group of ", n, " (or -1)");
+    require_device_memory(send, "send_recv");
+    require_device_memory(recv, "send_recv");
     const auto guard = guard_queued("send_recv", count, type);
     const ncclComm_t comm = comm_;
     if (count == 0) return;

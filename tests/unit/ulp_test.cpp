@@ -1,0 +1,78 @@
+// The ULP comparison the op tests use (tests/common/ulp.hpp): distances count representable
+// values, a result one step past the allowance fails, and every op has a row.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../common/ulp.hpp"
+
+using dax::test::max_ulps;
+using dax::test::ulp_distance;
+using dax::test::ulp_mismatch;
+
+namespace {
+
+template <class T>
+T step(T v, int n) {
+  for (int i = 0; i < n; ++i) v = std::nextafter(v, std::numeric_limits<T>::infinity());
+  return v;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("ulp_distance counts representable values", "[ulp]", float, double) {
+  using T = TestType;
+  CHECK(ulp_distance(T(1), T(1)) == 0);
+  CHECK(ulp_distance(T(1), step(T(1), 1)) == 1);
+  CHECK(ulp_distance(step(T(1), 7), T(1)) == 7);
+  CHECK(ulp_distance(T(-1), step(T(-1), 3)) == 3);  // towards zero
+  CHECK(ulp_distance(T(0), -T(0)) == 0);
+  const T tiny = std::numeric_limits<T>::denorm_min();
+  CHECK(ulp_distance(tiny, -tiny) == 2);  // across zero: -tiny, 0, tiny
+  CHECK(ulp_distance(std::nextafter(T(2), T(0)), T(2)) == 1);  // across a binade
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  CHECK(ulp_distance(nan, nan) == 0);
+  CHECK(ulp_distance(nan, T(1)) == std::numeric_limits<int64_t>::max());
+  CHECK(ulp_distance(std::numeric_limits<T>::max(), -std::numeric_limits<T>::max()) > int64_t(1) << 30);
+  CHECK(dax::test::ulp_of(T(1)) == std::numeric_limits<T>::epsilon());
+  CHECK(dax::test::ulp_of(T(0)) == tiny);
+}
+
+TEMPLATE_TEST_CASE("ulp_mismatch passes within the table's ULPs and fails one step past them", "[ulp]", float, double) {
+  using T = TestType;
+  const std::vector<T> want{T(1.5), T(-3.25), T(1e-3), T(42)};
+  const int64_t allowed = max_ulps("exp");
+  REQUIRE(allowed == 3);
+  std::vector<T> got = want;
+  for (auto& v : got) v = step(v, int(allowed));
+  CHECK(ulp_mismatch(got, want, "exp") == "");
+  got[2] = step(got[2], 1);
+  const std::string text = ulp_mismatch(got, want, "exp");
+  CHECK(text.find("exp: element 2") == 0);
+  CHECK(text.find("4 ULPs apart, allowed 3") != std::string::npos);
+  // A summed op allows a ULP per term.
+  CHECK(max_ulps("softmax", 9) == 7 + 9);
+  // A result near zero from a cancellation is measured at the given scale, not at itself.
+  const std::vector<T> small{T(1e-6)};
+  const std::vector<T> near{T(1e-6) + T(4) * std::numeric_limits<T>::epsilon()};
+  CHECK(ulp_mismatch(near, small, "gelu") != "");  // no scale given: refused
+  CHECK(ulp_mismatch(near, small, "gelu", 1, std::vector<T>{T(1)}) == "");
+  CHECK(ulp_mismatch(near, small, "gelu", 1, std::vector<T>{T(1e-3)}) != "");
+  // A wrong answer is far outside every row.
+  CHECK(ulp_mismatch(std::vector<T>{T(std::exp(1.0))}, std::vector<T>{T(std::exp(1.0) * (1 + 1e-5))}, "pow") != "");
+  CHECK(ulp_mismatch(got, want, "no_such_op").find("no ULP tolerance for 'no_such_op'") == 0);
+  CHECK(ulp_mismatch(std::vector<T>{T(1)}, want, "exp").find("sizes differ") == 0);
+}
+
+TEST_CASE("the ULP table is small and whole", "[ulp]") {
+  for (const auto& row : dax::test::ulp_table) {
+    INFO(row.op);
+    CHECK(row.ulps > 0);
+    CHECK(row.ulps <= 8);  // a few ULPs: a wrong formula is millions away
+    CHECK(row.ulps_per_term <= 1);
+  }
+  for (const char* op : {"exp", "log", "tanh", "sin", "cos", "pow", "sigmoid", "gelu", "softmax", "log_softmax", "logsumexp"})
+    CHECK(max_ulps(op) > 0);
+}
