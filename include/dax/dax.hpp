@@ -27,3 +27,5 @@
 #include <dax/manual/shard_map.hpp>
 #include <dax/debug/explain_ops.hpp>
 #include <dax/io/checkpoint.hpp>
+#include <dax/autodiff/tree.hpp>
+#include <dax/optim/optim.hpp>
