@@ -28,4 +28,5 @@
 #include <dax/debug/explain_ops.hpp>
 #include <dax/io/checkpoint.hpp>
 #include <dax/autodiff/tree.hpp>
+#include <dax/autodiff/tree_io.hpp>
 #include <dax/optim/optim.hpp>
