@@ -28,5 +28,8 @@
 #include <dax/manual/shard_map.hpp>
 #include <dax/debug/explain_ops.hpp>
 #include <dax/io/checkpoint.hpp>
+#include <dax/autodiff/tree.hpp>
+#include <dax/autodiff/tree_io.hpp>
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/grad.hpp>
+#include <dax/optim/optim.hpp>

@@ -33,7 +33,7 @@ struct Model {
   int not_a_leaf = 7;  // left out of the tree, copied by tree_map
   std::map<std::string, DistArray<int32_t>> tables;
 };
-DAX_TREE(Model, layers, tables);
+DAX_TREE(Model, layers, tables)  // the ';' is optional
 
 struct Plain {
   DistArray<float> w;

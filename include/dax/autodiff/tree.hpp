@@ -369,8 +369,9 @@ std::vector<std::string> tree_paths(const T& tree) {
 }  // namespace dax
 
 /// Declares a struct a tree whose leaves are the listed members (each a tree), visited and named
-/// in this order: `DAX_TREE(MyParams, w1, b1, w2);` at namespace scope after the struct, in the
-/// struct's own namespace (it is found by argument-dependent lookup). Other members are left out
+/// in this order: `DAX_TREE(MyParams, w1, b1, w2)` (a `;` after it is optional) at namespace scope
+/// after the struct, in the struct's own namespace (it is found by argument-dependent lookup), up
+/// to 64 members. Other members are left out
 /// of the tree (tree_map copies them from its first tree). For a class template, write the same
 /// function by hand beside it: `template <class T> auto dax_tree_fields(const S<T>*) { return
 /// std::make_tuple(dax::tree_field("w", &S<T>::w), dax::tree_field("b", &S<T>::b)); }`.
@@ -378,9 +379,11 @@ std::vector<std::string> tree_paths(const T& tree) {
   [[maybe_unused]] inline auto dax_tree_fields(const Type*) {                                        \
     return ::std::make_tuple(DAX_PP_FOR_EACH(DAX_TREE_FIELD_, Type, __VA_ARGS__));                   \
   }                                                                                                  \
-  static_assert(::dax::is_tree_v<Type>, "DAX_TREE(" #Type ", ...): every listed member must be a "   \
-                                        "tree: a DistArray, or a std::vector, std::array, "          \
-                                        "std::tuple or std::map<std::string, ...> of trees, or "     \
-                                        "a DAX_TREE struct (declared in its own namespace)")
+  [[maybe_unused]] inline void dax_tree_check(const Type*) {                                         \
+    static_assert(::dax::is_tree_v<Type>, "DAX_TREE(" #Type ", ...): every listed member must be a " \
+                                          "tree: a DistArray, or a std::vector, std::array, "        \
+                                          "std::tuple or std::map<std::string, ...> of trees, or "   \
+                                          "a DAX_TREE struct (declared in its own namespace)");      \
+  }
 #define DAX_TREE_FIELD_(Type, member) \
   ::dax::detail::TreeField<Type, decltype(Type::member)> { #member, &Type::member }
