@@ -4,7 +4,10 @@
 // and gelu works on each piece. The second matmul contracts the split dimension, so each device
 // holds a partial sum of y (an unreduced value), and one all-reduce makes y replicated. The
 // example prints the matmul rule's choice and the bytes comm_stats counted. It checks them against
-// the all-reduce formula and checks y against loops on the host.
+// the all-reduce formula and checks y against loops on the host. Then it takes the gradients of a
+// squared loss with dax::grad and checks them against loops too: the backward moves nothing, since
+// each weight's gradient is computed where its piece lives (Megatron's backward all-reduce is of the
+// input's gradient, which this block's input, data, does not need).
 // Run with `mpirun -np N` (any N) or as one process.
 #include <dax/dax.hpp>
 
@@ -88,10 +91,63 @@ int main(int argc, char** argv) {
   }
   const bool layout_ok = y.sharding().is_fully_replicated();
   if (rt.rank() == 0) std::cout << "y vs host loops: max error " << diff << " (largest |y| " << scale << ")\n";
-  if (!comm_ok || !layout_ok || !two_steps_ok || !(diff <= 1e-5 * scale)) {
+
+  // Training: the gradients of mean((y - t)^2) with respect to (W1, W2), by dax::grad.
+  const auto t_host = random(batch * d, 1.0f);
+  const auto t = dax::device_put(t_host, {batch, d}, replicated);
+  auto loss_fn = [&](const std::vector<dax::DistArray<float>>& w) {
+    return dax::mean(dax::square(dax::matmul(dax::gelu(dax::matmul(x, w[0])), w[1]) - t));
+  };
+  const std::vector<dax::DistArray<float>> weights{w1, w2};
+  loss_fn(weights);  // the forward alone, to count what the backward adds
+  dax::comm_stats().reset();
+  loss_fn(weights);
+  const int64_t forward_bytes = dax::comm_stats().total_bytes();
+  dax::comm_stats().reset();
+  const auto grads = dax::grad(loss_fn)(weights);
+  const int64_t backward_bytes = dax::comm_stats().total_bytes() - forward_bytes;
+  // Host gradients: gy = 2 (y - t) / numel; dW2 = h^T gy; dW1 = x^T ((gy W2^T) * gelu'(z)).
+  std::vector<double> z(batch * f), gy(batch * d), dz(batch * f, 0.0), dw1(d * f, 0.0), dw2(f * d, 0.0);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t j = 0; j < f; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < d; ++k) s += double(x_host[i * d + k]) * w1_host[k * f + j];
+      z[i * f + j] = s;
+    }
+  for (size_t i = 0; i < gy.size(); ++i) gy[i] = 2.0 * (ref[i] - t_host[i]) / double(batch * d);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t k = 0; k < f; ++k) {
+      double g = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        g += gy[i * d + j] * w2_host[k * d + j];
+        dw2[k * d + j] += hidden[i * f + k] * gy[i * d + j];
+      }
+      const double v = z[i * f + k], c = 0.7978845608028654, u = std::tanh(c * (v + 0.044715 * v * v * v));
+      dz[i * f + k] = g * (0.5 * (1 + u) + 0.5 * v * (1 - u * u) * c * (1 + 3 * 0.044715 * v * v));
+    }
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t j = 0; j < f; ++j) dw1[k * f + j] += double(x_host[i * d + k]) * dz[i * f + j];
+  auto max_relative = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      e = std::max(e, std::abs(got[i] - want[i]));
+      s = std::max(s, std::abs(want[i]));
+    }
+    return e / s;
+  };
+  const double grad_error = std::max(max_relative(grads[0].to_host(), dw1), max_relative(grads[1].to_host(), dw2));
+  const bool grads_ok = grad_error < 1e-4 && grads[0].sharding() == w1.sharding() &&
+                        grads[1].sharding() == w2.sharding() && backward_bytes == 0;
+  if (rt.rank() == 0)
+    std::cout << "dax::grad: dW1 " << grads[0].sharding().spec() << ", dW2 " << grads[1].sharding().spec()
+              << ", max relative error vs host " << grad_error << ", backward moved " << backward_bytes
+              << " bytes\n";
+  if (!comm_ok || !layout_ok || !two_steps_ok || !(diff <= 1e-5 * scale) || !grads_ok) {
     if (rt.rank() == 0)
       std::cerr << "tensor_parallel_mlp: FAILED (expected one all-reduce of " << expected
-                << " bytes, a replicated y equal to the two-step result, and y within 1e-5 of the host)\n";
+                << " bytes, a replicated y equal to the two-step result, y within 1e-5 of the host, and "
+                   "gradients within 1e-4 of the host, in the weights' shardings, with no backward traffic)\n";
     return 1;
   }
   if (rt.rank() == 0)
