@@ -10,7 +10,9 @@
 // OpenBLAS's control functions are declared here, not taken from <cblas.h>. With DAX_HAS_OPENBLAS
 // they are plain declarations (the program links OpenBLAS). Without it, GCC and Clang get weak
 // declarations: a program linked to OpenBLAS by hand (-lopenblas) still finds them, and one linked
-// to no OpenBLAS sees null pointers and reports "none".
+// to no OpenBLAS sees null pointers and reports "none". (A weak reference alone does not keep a
+// library linked with --as-needed: a hand-linked program that runs no product may lose
+// libopenblas and report "BLAS"; with a product, Eigen's strong BLAS calls keep it.)
 #pragma once
 
 #include <cstdlib>
