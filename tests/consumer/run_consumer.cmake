@@ -1,5 +1,7 @@
 # Installs dax into a scratch prefix, configures and builds tests/consumer against it, and runs
 # the result on 2 ranks. Invoked by ctest with SOURCE_DIR, WORK_DIR and MPIEXEC.
+# It also checks what dax::dax brings by default: OpenBLAS, one thread per rank unless
+# OPENBLAS_NUM_THREADS says otherwise, and Eigen's own GEMM with DAX_USE_BLAS=OFF.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -8,18 +10,48 @@ function(run)
     message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
   message("${out}")
+  set(last_output "${out}" PARENT_SCOPE)
 endfunction()
+# Fails unless the last run printed `regex`.
+function(expect regex what)
+  if(NOT last_output MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: expected output matching '${regex}', got:\n${last_output}")
+  endif()
+endfunction()
+
+# The thread count must come from dax's default, not from the test's environment, nor from a
+# binding of each rank to one core (which OpenBLAS would follow by itself): --bind-to none.
+unset(ENV{OPENBLAS_NUM_THREADS})
+unset(ENV{GOTO_NUM_THREADS})
+unset(ENV{OMP_NUM_THREADS})
+set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/dax -DDAX_BUILD_TESTS=OFF -DDAX_BUILD_EXAMPLES=OFF
     -DDAX_BUILD_BENCHMARKS=OFF -DDAX_ENABLE_CUDA=OFF -DCMAKE_INSTALL_PREFIX=${prefix})
 run(${CMAKE_COMMAND} --install ${WORK_DIR}/dax)
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
-set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
-set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
-run(${MPIEXEC} -n 2 --oversubscribe ${WORK_DIR}/consumer/consumer)
+run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer/consumer)
+expect("consumer ok" "installed package")
+expect("blas: OpenBLAS threads=1 config=OpenBLAS" "installed package, default BLAS")
+# The user's own OpenBLAS setting wins over dax's default (OpenBLAS caps it at the core count).
+cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+if(cores GREATER_EQUAL 2)
+  run(${MPIEXEC} -n 2 --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=2 ${WORK_DIR}/consumer/consumer)
+  expect("blas: OpenBLAS threads=2 " "installed package, OPENBLAS_NUM_THREADS=2")
+endif()
+
+# DAX_USE_BLAS=OFF in the consumer project: the installed config leaves BLAS out.
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer_noblas -DCMAKE_PREFIX_PATH=${prefix}
+    -DDAX_USE_BLAS=OFF)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer_noblas)
+run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer_noblas/consumer)
+expect("blas: none threads=1 config=\n" "installed package, DAX_USE_BLAS=OFF")
 
 # The same project taking dax with add_subdirectory (dax's tests, examples and benchmarks stay off).
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer_subdir -DDAX_SOURCE=${SOURCE_DIR}
     -DDAX_ENABLE_CUDA=OFF)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer_subdir)
-run(${MPIEXEC} -n 2 --oversubscribe ${WORK_DIR}/consumer_subdir/consumer)
+run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer_subdir/consumer)
+expect("blas: OpenBLAS threads=1 config=OpenBLAS" "add_subdirectory, default BLAS")

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include <dax/backend/cpu/blas.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/core/error.hpp>
 #include <dax/runtime/backend.hpp>
@@ -164,6 +165,7 @@ class Runtime {
     backend_ = detail::choose_backend(gpus_);
 #endif
     detail::active_backend() = backend_;
+    detail::set_default_blas_threads();
     static uint64_t created = 0;
     generation_ = ++created;
     detail::current_runtime() = this;
