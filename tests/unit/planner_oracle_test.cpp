@@ -87,7 +87,7 @@ NamedSharding random_sharding(const Mesh& mesh, size_t ndim, std::mt19937& rng) 
 
 }  // namespace
 
-TEST_CASE("symbolic plans equal the brute-force oracle on every small mesh", "[reshard][oracle]") {
+TEST_CASE("symbolic plans equal the brute-force oracle on every small mesh", "[reshard][oracle][exhaustive]") {
   std::mt19937 rng(17);
   int64_t plans = 0;
   for (const Mesh& mesh : dax::test::all_meshes()) {
@@ -108,7 +108,7 @@ TEST_CASE("symbolic plans equal the brute-force oracle on every small mesh", "[r
   CHECK(plans > 50000);
 }
 
-TEST_CASE("symbolic plans equal the oracle on random meshes of up to 64 devices", "[reshard][oracle]") {
+TEST_CASE("symbolic plans equal the oracle on random meshes of up to 64 devices", "[reshard][oracle][exhaustive]") {
   std::mt19937 rng(64);
   std::uniform_int_distribution<int> rank(0, 3), extent(0, 13);
   for (int trial = 0; trial < 4000; ++trial) {
@@ -127,7 +127,7 @@ TEST_CASE("symbolic plans equal the oracle on random meshes of up to 64 devices"
   }
 }
 
-TEST_CASE("uneven splits whose chunks drift are planned exactly", "[reshard][oracle]") {
+TEST_CASE("uneven splits whose chunks drift are planned exactly", "[reshard][oracle][exhaustive]") {
   // 10 rows split 4 ways (chunks of 3) then 8 ways (chunks of 2): the finer chunks do not nest.
   const Mesh mesh({4, 2}, {"x", "y"});
   auto s = [&](P spec) { return NamedSharding(mesh, spec); };
