@@ -50,6 +50,21 @@ std::vector<T> random_values(int64_t n, std::mt19937& rng) {
   return v;
 }
 
+/// The flat index into an operand of `shape` broadcast to `out`, for the output's flat index `flat`
+/// (NumPy's rules: leading dimensions added, dimensions of 1 stretched).
+inline int64_t source_index(const Shape& shape, const Shape& out, int64_t flat) {
+  int64_t src = 0, stride = 1;
+  for (size_t i = out.size(); i-- > 0;) {
+    const int64_t idx = flat % out[i];
+    flat /= out[i];
+    const int64_t j = int64_t(i) - int64_t(out.size() - shape.size());
+    if (j < 0) continue;
+    src += (shape[j] == 1 ? 0 : idx) * stride;
+    stride *= shape[j];
+  }
+  return src;
+}
+
 /// The elements of `global` (row-major over `shape`) inside `box`.
 template <class T>
 std::vector<T> slice_of(const std::vector<T>& global, const Shape& shape, const Box& box) {

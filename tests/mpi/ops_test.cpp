@@ -17,24 +17,11 @@ using dax::P;
 using dax::Shape;
 using dax::test::host;
 using dax::test::Pick;
+using dax::test::source_index;
 using dax::test::random_mesh;
 using dax::test::random_sharding;
 
 namespace {
-
-// Flat index into an operand of `shape` broadcast to `out`, for the output's flat index `flat`.
-int64_t source_index(const Shape& shape, const Shape& out, int64_t flat) {
-  int64_t src = 0, stride = 1;
-  for (size_t i = out.size(); i-- > 0;) {
-    const int64_t idx = flat % out[i];
-    flat /= out[i];
-    const int64_t j = int64_t(i) - int64_t(out.size() - shape.size());
-    if (j < 0) continue;
-    src += (shape[j] == 1 ? 0 : idx) * stride;
-    stride *= shape[j];
-  }
-  return src;
-}
 
 template <class T, class F>
 std::vector<T> reference_binary(const std::vector<T>& a, const Shape& as, const std::vector<T>& b, const Shape& bs,
