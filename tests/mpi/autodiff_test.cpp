@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 
+#include "gradient_check.hpp"
 #include "helpers.hpp"
 
 using dax::DistArray;
@@ -19,18 +20,14 @@ using dax::test::host;
 using dax::test::Pick;
 using dax::test::random_mesh;
 using dax::test::random_sharding;
+using dax::test::check_against_differences;
+using dax::test::Loss;
+using dax::test::Params;
+using dax::test::put_all;
+using dax::test::scalar;
+using dax::test::uniform;
 
 namespace {
-
-using Params = std::vector<DistArray<double>>;
-using Loss = std::function<DistArray<double>(const Params&)>;
-
-std::vector<double> uniform(int64_t n, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 struct Case {
   std::string name;
@@ -51,59 +48,11 @@ Loss contracted(const Case& c, unsigned seed) {
   };
 }
 
-Params put_all(const std::vector<std::vector<double>>& values, const std::vector<Shape>& shapes,
-               const std::vector<NamedSharding>& shardings) {
-  Params p;
-  for (size_t i = 0; i < values.size(); ++i) p.push_back(dax::device_put(values[i], shapes[i], shardings[i]));
-  return p;
-}
-
-// The value of a scalar array on the mesh's ranks (0 elsewhere: they hold no piece).
 std::string comm_text() {
   std::string out;
   for (const auto& [key, c] : dax::comm_stats().entries())
     out += key.first + " " + key.second + ": " + std::to_string(c.calls) + " calls, " + std::to_string(c.bytes) + " B; ";
   return out;
-}
-
-double scalar(const DistArray<double>& x) { return x.is_addressable() ? x.to_host()[0] : 0.0; }
-
-/// Gradient of `loss` at `values` (laid out by `shardings`) against central differences along
-/// three random directions; also returns the gathered gradients.
-std::vector<std::vector<double>> check_against_differences(const Loss& loss, const std::vector<std::vector<double>>& values,
-                                                           const std::vector<Shape>& shapes,
-                                                           const std::vector<NamedSharding>& shardings, std::mt19937& rng) {
-  const Params params = put_all(values, shapes, shardings);
-  auto [value, grads] = dax::value_and_grad(loss)(params);
-  REQUIRE(grads.size() == params.size());
-  const bool member = params[0].is_addressable();
-  std::vector<std::vector<double>> g;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    CHECK(grads[i].sharding() == params[i].sharding());  // each gradient has its parameter's sharding
-    CHECK(grads[i].shape() == params[i].shape());
-    g.push_back(member ? grads[i].to_host() : std::vector<double>(values[i].size(), 0.0));
-  }
-  const double direct = scalar(loss(params));
-  if (member) CHECK(scalar(value) == Approx(direct).epsilon(1e-12));
-  const double eps = 1e-6;
-  for (int direction = 0; direction < 3; ++direction) {
-    std::vector<std::vector<double>> v, plus, minus;
-    double analytic = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      v.push_back(uniform(values[i].size(), rng));
-      plus.push_back(values[i]);
-      minus.push_back(values[i]);
-      for (size_t k = 0; k < values[i].size(); ++k) {
-        plus[i][k] += eps * v[i][k];
-        minus[i][k] -= eps * v[i][k];
-        analytic += g[i][k] * v[i][k];
-      }
-    }
-    const double numeric = (scalar(loss(put_all(plus, shapes, shardings))) -
-                            scalar(loss(put_all(minus, shapes, shardings)))) / (2 * eps);
-    if (member) CHECK(analytic == Approx(numeric).epsilon(1e-6).margin(1e-7));
-  }
-  return g;
 }
 
 // Positive inputs for log / sqrt / pow bases.

@@ -19,6 +19,7 @@ TEST_CASE("text formats follow JAX", "[sharding]") {
   CHECK(dax::to_string(mesh) == "Mesh('data': 4, 'model': 2)");
   CHECK(dax::to_string(P("data", dax::none)) == "P('data', None)");
   CHECK(dax::to_string(P(dax::axes("x", "y"), dax::none)) == "P(('x', 'y'), None)");
+  CHECK(P(nullptr, "data") == P(dax::none, "data"));  // nullptr spells None too
   CHECK(dax::to_string(P()) == "P()");
   CHECK(dax::to_string(P("data", dax::none).with_unreduced("model")) ==
         "P('data', None, unreduced={'model'})");

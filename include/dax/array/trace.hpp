@@ -49,12 +49,32 @@ class AnyArray {
 /// Output cotangent -> one cotangent per recorded input (empty where it contributes nothing).
 using Pullback = std::function<std::vector<AnyArray>(const AnyArray&)>;
 
+/// Replication typing inside a shard_map body (docs/autodiff.md): how an op changes the set of mesh
+/// axes its value varies over, as bits of the enclosing mesh's axes. An ordinary op's output varies
+/// over the union of its inputs' axes, and an input that varies over fewer is implicitly broadcast
+/// (its cotangent is summed over the difference). A collective over axes A first makes its input
+/// vary over A (`added`); psum then makes its output invariant over A (`removed`). `enters` marks
+/// the node that turns a global argument into a block: its output varies over `added` exactly.
+struct Varying {
+  uint64_t added = 0;
+  uint64_t removed = 0;
+  bool enters = false;
+};
+
+/// Ids with this bit carry replication typing only (a value inside a shard_map body that no
+/// gradient flows through: an integer block, a batch that is not differentiated); they get no
+/// cotangent. Tape ids count up from 1 and never reach it.
+constexpr uint64_t kTypingOnly = uint64_t{1} << 63;
+
 class Tracer {
  public:
   virtual ~Tracer() = default;
   /// Records an op named `op` whose inputs are the tape nodes `inputs` (0: an input that is not
-  /// traced, which gets no cotangent); returns the output's node.
-  virtual uint64_t record(const char* op, std::vector<uint64_t> inputs, Pullback pullback) = 0;
+  /// traced, which gets no cotangent); returns the output's node. A null pullback records typing
+  /// only (inside a shard_map body; elsewhere it records nothing and returns 0).
+  virtual uint64_t record(const char* op, std::vector<uint64_t> inputs, Pullback pullback, Varying varying = {}) = 0;
+  /// The mesh axes (bits) the value of node `id` varies over inside its shard_map body.
+  virtual uint64_t varying_axes(uint64_t id) const = 0;
 };
 
 /// The tracer of the gradient being taken on this thread, or null.
@@ -75,34 +95,51 @@ class NoTrace {
   Tracer* saved_;
 };
 
-/// Whether an op on these inputs must record: a gradient is being taken and one of them is traced.
+/// Whether an op on these inputs must record: a gradient is being taken and one of them is on the
+/// tape (for a gradient, or for replication typing only).
 template <class... In>
 bool tracing(const DistArray<In>&... inputs) {
   return active_tracer() != nullptr && ((inputs.trace_id() != 0) || ...);
 }
 
+/// Whether a gradient flows back to x (a floating value on the tape, not for typing only).
+template <class T>
+bool needs_gradient(const DistArray<T>& x) {
+  return is_floating_v<T> && x.trace_id() != 0 && (x.trace_id() & kTypingOnly) == 0;
+}
+
 using Cotangents = std::vector<AnyArray>;
 
-/// Records `out = op(inputs...)` when tracing and `out` is differentiable (floating). Only then is
-/// `make_pullback(need)` called (a generic lambda, so its body is not even compiled for integer
-/// outputs); `need[i]` says whether input i is traced. It returns a callable
-/// (const DistArray<Out>& g) -> Cotangents, one entry per input, empty where not needed.
+/// Records `out = op(inputs...)` when tracing. Where `out` is floating and some input needs a
+/// gradient, `make_pullback(need)` is called (a generic lambda, so its body is not even compiled
+/// for integer outputs); `need[i]` says whether input i needs a gradient. It returns a callable
+/// (const DistArray<Out>& g) -> Cotangents, one entry per input, empty where not needed. Otherwise
+/// the op is recorded for replication typing only (which the tape keeps inside shard_map bodies).
 template <class Out, class MakePullback, class... In>
 void record(const char* op, DistArray<Out>& out, MakePullback&& make_pullback, const DistArray<In>&... inputs) {
+  if (!tracing(inputs...)) return;
+  const std::array<bool, sizeof...(In)> need{needs_gradient(inputs)...};
+  Pullback pullback;
   if constexpr (is_floating_v<Out>) {
-    if (!tracing(inputs...)) return;
-    auto pullback = make_pullback(std::array<bool, sizeof...(In)>{(inputs.trace_id() != 0)...});
-    out.set_trace_id(active_tracer()->record(
-        op, {inputs.trace_id()...},
-        [pullback = std::move(pullback)](const AnyArray& g) { return pullback(g.template as<Out>()); }));
+    if (std::find(need.begin(), need.end(), true) != need.end())
+      pullback = [p = make_pullback(need)](const AnyArray& g) { return p(g.template as<Out>()); };
   }
+  out.set_trace_id(active_tracer()->record(op, {inputs.trace_id()...}, std::move(pullback), {}));
+}
+
+/// Records an op that no gradient flows through but whose output's replication typing follows its
+/// inputs' (comparisons, arg-reductions).
+template <class Out, class... In>
+void record_typing(const char* op, DistArray<Out>& out, const DistArray<In>&... inputs) {
+  if (tracing(inputs...)) out.set_trace_id(active_tracer()->record(op, {inputs.trace_id()...}, nullptr, {}));
 }
 
 /// For ops that have no gradient rule: taking a gradient through them is an error, never a
 /// silent zero.
 template <class... In>
 void no_gradient(const char* op, const DistArray<In>&... inputs) {
-  DAX_CHECK(!tracing(inputs...), op, " has no gradient rule, and a value being differentiated reached it; "
+  DAX_CHECK(active_tracer() == nullptr || !(needs_gradient(inputs) || ...), op,
+            " has no gradient rule, and a value being differentiated reached it; "
             "wrap its input in dax::stop_gradient if no gradient should flow through it");
 }
 
@@ -111,28 +148,33 @@ void no_gradient(const char* op, const DistArray<In>&... inputs) {
 template <class T, class MakePullback>
 void record_list(const char* op, DistArray<T>& out, MakePullback&& make_pullback,
                  const std::vector<DistArray<T>>& inputs) {
-  if constexpr (is_floating_v<T>) {
-    if (active_tracer() == nullptr) return;
-    std::vector<uint64_t> ids;
-    std::vector<bool> need;
-    for (const auto& x : inputs) {
-      ids.push_back(x.trace_id());
-      need.push_back(x.trace_id() != 0);
-    }
-    if (std::find(need.begin(), need.end(), true) == need.end()) return;
-    auto pullback = make_pullback(need);
-    out.set_trace_id(active_tracer()->record(
-        op, std::move(ids), [pullback = std::move(pullback)](const AnyArray& g) { return pullback(g.template as<T>()); }));
+  if (active_tracer() == nullptr) return;
+  std::vector<uint64_t> ids;
+  std::vector<bool> need;
+  bool any = false;
+  for (const auto& x : inputs) {
+    ids.push_back(x.trace_id());
+    need.push_back(needs_gradient(x));
+    any = any || x.trace_id() != 0;
   }
+  if (!any) return;
+  Pullback pullback;
+  if constexpr (is_floating_v<T>) {
+    if (std::find(need.begin(), need.end(), true) != need.end())
+      pullback = [p = make_pullback(need)](const AnyArray& g) { return p(g.template as<T>()); };
+  }
+  out.set_trace_id(active_tracer()->record(op, std::move(ids), std::move(pullback), {}));
 }
 
 }  // namespace detail
 
-/// x as a constant: no gradient flows back through it (the same data, shared).
+/// x as a constant: no gradient flows back through it (the same data, shared). Inside a shard_map
+/// body being differentiated it keeps its replication typing.
 template <class T>
 DistArray<T> stop_gradient(const DistArray<T>& x) {
   DistArray<T> out = x;
   out.set_trace_id(0);
+  detail::record_typing("stop_gradient", out, x);
   return out;
 }
 

@@ -3,15 +3,23 @@
 // backward walks it in reverse, feeding each node's cotangent to its pullback and summing what
 // arrives at each input. Cotangents that are partial sums stay unreduced through those sums
 // (elementwise add keeps equal unreduced axes); the caller reduces each gradient once, at the end.
+//
+// Inside a shard_map body the tape also does replication typing (JAX's "varying manual axes"):
+// each node records the mesh axes its block varies over, and the cotangent of an input that
+// varies over fewer axes than the op saw it at is summed (psum) over the difference, which is the
+// transpose of the implicit broadcast. The node keeps the body's context, so its pullback runs
+// with the body's collectives available.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include <dax/array/trace.hpp>
 #include <dax/core/error.hpp>
+#include <dax/manual/collectives.hpp>
 #include <dax/ops/elementwise.hpp>
 
 namespace dax::detail {
@@ -29,20 +37,47 @@ inline AnyArray add_cotangents(const AnyArray& a, const AnyArray& b) {
   }
 }
 
+/// The psum of a cotangent over the named axes of the enclosing shard_map body.
+inline AnyArray psum_cotangent(const AnyArray& g, const AxisNames& axes) {
+  switch (g.dtype()) {
+    case DType::float32: return AnyArray(psum(g.as<float>(), axes));
+    case DType::float64: return AnyArray(psum(g.as<double>(), axes));
+    case DType::float16: return AnyArray(psum(g.as<half>(), axes));
+    case DType::bfloat16: return AnyArray(psum(g.as<bfloat16>(), axes));
+    default: fail("autodiff: a cotangent of ", to_string(g.dtype()), " (only floating values have gradients)");
+  }
+}
+
 class Tape final : public Tracer {
  public:
   Tape() = default;
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
-  uint64_t record(const char* op, std::vector<uint64_t> inputs, Pullback pullback) override {
+  uint64_t record(const char* op, std::vector<uint64_t> inputs, Pullback pullback, Varying varying = {}) override {
     for (uint64_t& id : inputs)
       if (!index_.contains(id)) id = 0;  // a value traced by another (finished) gradient is a constant here
-    return add_node(op, std::move(inputs), std::move(pullback));
+    std::shared_ptr<const ManualContext> body = manual_stack().empty() ? nullptr : manual_stack().back();
+    if (!body) return pullback ? add_node(op, std::move(inputs), std::move(pullback), nullptr, 0, {}) : 0;
+    // Inside a shard_map body: the axes the op sees its inputs at, and what each input's cotangent
+    // must be summed over to come back to the input's own axes.
+    uint64_t seen = varying.added;
+    if (!varying.enters)
+      for (uint64_t id : inputs) seen |= varying_axes(id);
+    std::vector<uint64_t> broadcast(inputs.size(), 0);
+    if (!varying.enters)
+      for (size_t k = 0; k < inputs.size(); ++k) broadcast[k] = seen & ~varying_axes(inputs[k]);
+    return add_node(op, std::move(inputs), std::move(pullback), std::move(body), seen & ~varying.removed,
+                    std::move(broadcast));
+  }
+
+  uint64_t varying_axes(uint64_t id) const override {
+    const auto it = index_.find(id);
+    return it == index_.end() ? 0 : nodes_[it->second].varying;
   }
 
   /// A new leaf (a value gradients are taken with respect to).
-  uint64_t watch() { return add_node("input", {}, nullptr); }
+  uint64_t watch() { return add_node("input", {}, nullptr, nullptr, 0, {}); }
 
   /// Runs the backward from `output` with cotangent `seed`; returns the summed cotangents that
   /// reach the leaves in `leaves` (a leaf nothing reached is absent).
@@ -64,7 +99,7 @@ class Tape final : public Tracer {
         if (wanted(node.id)) result.emplace(node.id, g);
         continue;
       }
-      const Cotangents parts = node.pullback(g);
+      Cotangents parts = run_pullback(node, g);
       DAX_CHECK(parts.size() == node.inputs.size(), "autodiff: the pullback of ", node.op, " gave ", parts.size(),
                 " cotangents for ", node.inputs.size(), " inputs");
       for (size_t k = 0; k < parts.size(); ++k) {
@@ -83,14 +118,32 @@ class Tape final : public Tracer {
     uint64_t id;
     const char* op;
     std::vector<uint64_t> inputs;
-    Pullback pullback;  // null for leaves
+    Pullback pullback;                         // null for leaves and typing-only nodes
+    std::shared_ptr<const ManualContext> body;  // the shard_map body it was recorded in, or null
+    uint64_t varying = 0;                      // in a body: the mesh axes (bits) its value varies over
+    std::vector<uint64_t> broadcast;           // in a body: per input, the axes its cotangent is summed over
   };
 
-  uint64_t add_node(const char* op, std::vector<uint64_t> inputs, Pullback pullback) {
+  /// A node's pullback; inside a shard_map body it runs in the body's context, and each input's
+  /// cotangent is summed over the axes the input was implicitly broadcast along.
+  static Cotangents run_pullback(const Node& node, const AnyArray& g) {
+    if (!node.body) return node.pullback(g);
+    ManualScope scope(node.body, /*nested_ok=*/true);
+    Cotangents parts = node.pullback(g);
+    for (size_t k = 0; k < parts.size() && k < node.broadcast.size(); ++k)
+      if (node.broadcast[k] != 0 && !parts[k].empty())
+        parts[k] = psum_cotangent(parts[k], axes_of_mask(node.body->mesh, node.broadcast[k]));
+    return parts;
+  }
+
+  uint64_t add_node(const char* op, std::vector<uint64_t> inputs, Pullback pullback,
+                    std::shared_ptr<const ManualContext> body, uint64_t varying, std::vector<uint64_t> broadcast) {
     static std::atomic<uint64_t> next_id{1};  // unique in the process: a stale id never matches
-    const uint64_t id = next_id++;
+    const bool typing_only = body && !pullback;
+    const uint64_t id = next_id++ | (typing_only ? kTypingOnly : 0);
     index_.emplace(id, nodes_.size());
-    nodes_.push_back(Node{id, op, std::move(inputs), std::move(pullback)});
+    nodes_.push_back(Node{id, op, std::move(inputs), std::move(pullback), std::move(body), varying,
+                          std::move(broadcast)});
     return id;
   }
 

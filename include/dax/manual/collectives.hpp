@@ -1,5 +1,5 @@
 // The named-axis collectives of shard_map, with JAX's shape rules: psum / pmean / pmax / pmin,
-// all_gather, psum_scatter, all_to_all, ppermute, axis_index, axis_size. Each takes a local block
+// all_gather, psum_scatter, all_to_all, ppermute, pvary, axis_index, axis_size. Each takes a local block
 // and runs one collective on the communicator of exactly the named axes (members ranked with the
 // first named axis major); the dimension moves around it are local transposes.
 #pragma once
@@ -20,6 +20,30 @@ namespace detail {
 template <class T>
 DistArray<T> local_block(const AxisGroup& g, Shape shape, std::shared_ptr<Buffer> buffer) {
   return DistArray<T>(std::move(shape), g.ctx->local, std::move(buffer));
+}
+
+/// Records collective `op` (out from x over group g) for autodiff: it sees its input varying over
+/// g's axes (an invariant input is broadcast first; the tape sums its cotangent back), and psum
+/// (`reduces`) makes its output invariant over them. make_pullback() returns ct -> x's cotangent.
+template <class T, class MakePullback>
+void record_collective(const char* op, DistArray<T>& out, const DistArray<T>& x, const AxisGroup& g, bool reduces,
+                       MakePullback&& make_pullback) {
+  if (!tracing(x)) return;
+  Pullback pullback;
+  if constexpr (is_floating_v<T>) {
+    if (needs_gradient(x))
+      pullback = [p = make_pullback()](const AnyArray& ct) { return Cotangents{AnyArray(p(ct.as<T>()))}; };
+  }
+  out.set_trace_id(active_tracer()->record(op, {x.trace_id()}, std::move(pullback),
+                                           Varying{g.mask(), reduces ? g.mask() : 0, false}));
+}
+
+/// Runs a collective's data movement with recording off (its internal transposes are not ops of
+/// the program); the collective records itself once.
+template <class F>
+auto untraced(F&& f) {
+  NoTrace no_trace;
+  return f();
 }
 
 /// A local block with dimension `from` moved to position `to`, the others in order.
@@ -89,13 +113,20 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
   static_assert(!std::is_same_v<T, bool>, "dax: reductions over mesh axes need a numeric element type");
   const AxisGroup g = axis_group(names, name);
   check_local_block(x, g, name);
-  if (g.size == 1) return x;
-  const OpLabel label([&] { return manual_label(name, x, g); });
-  auto out = dev::allocate(x.size() * sizeof(T));
-  Communicator& comm = g.comm();
-  comm.all_reduce(x.local_data().data(), out->data(), x.size(), dtype_v<T>, op);
-  comm_stats().record("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size);
-  return local_block<T>(g, x.shape(), std::move(out));
+  if (op != ReduceOp::sum) no_gradient(name, x);
+  DistArray<T> out = local_block<T>(g, x.shape(), x.buffer());
+  if (g.size > 1) {
+    const OpLabel label([&] { return manual_label(name, x, g); });
+    auto reduced = dev::allocate(x.size() * sizeof(T));
+    Communicator& comm = g.comm();
+    comm.all_reduce(x.local_data().data(), reduced->data(), x.size(), dtype_v<T>, op);
+    comm_stats().record("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size);
+    out = local_block<T>(g, x.shape(), std::move(reduced));
+  }
+  // psum's transpose is the identity (its output is invariant over the axes, and so is its
+  // cotangent); an input invariant over them was broadcast first, which the tape sums back.
+  record_collective(name, out, x, g, /*reduces=*/true, [] { return [](const DistArray<T>& ct) { return ct; }; });
+  return out;
 }
 
 }  // namespace detail
@@ -123,6 +154,25 @@ DistArray<T> pmin(const DistArray<T>& x, const AxisNames& axes) {
   return detail::reduce_over(x, axes, detail::ReduceOp::min, "pmin");
 }
 
+/// x, typed as varying over the named axes (JAX's pvary): the same data. Replication typing follows
+/// the values that enter the body; a value built there from axis_index (or from anything else
+/// that differs per device without coming from a split argument) must be marked with pvary for
+/// gradients to be right. Its transpose sums the cotangent over the axes.
+template <class T>
+DistArray<T> pvary(const DistArray<T>& x, const AxisNames& axes) {
+  const detail::AxisGroup g = detail::axis_group(axes, "pvary");
+  detail::check_local_block(x, g, "pvary");
+  DistArray<T> out = detail::local_block<T>(g, x.shape(), x.buffer());
+  if (detail::Tracer* tracer = detail::active_tracer()) {
+    detail::Pullback pullback;
+    if constexpr (detail::is_floating_v<T>) {
+      if (detail::needs_gradient(x)) pullback = [](const detail::AnyArray& ct) { return detail::Cotangents{ct}; };
+    }
+    out.set_trace_id(tracer->record("pvary", {x.trace_id()}, std::move(pullback), detail::Varying{g.mask(), 0, false}));
+  }
+  return out;
+}
+
 /// The number of devices over the named axes.
 inline int axis_size(const AxisNames& axes) { return detail::axis_group(axes, "axis_size").size; }
 
@@ -133,47 +183,61 @@ inline int axis_index(const AxisNames& axes) { return detail::axis_group(axes, "
 /// concatenated along `dim` (tiled).
 template <class T>
 DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 0, bool tiled = false) {
-  const detail::AxisGroup g = detail::axis_group(axes, "all_gather");
-  detail::check_local_block(x, g, "all_gather");
-  const detail::OpLabel label([&] { return detail::manual_label("all_gather", x, g); });
-  dim = detail::dim_in_range(dim, x.ndim() + (tiled ? 0 : 1), "all_gather", "dim");
-  const int64_t n = g.size;
-  Shape stacked = x.shape();
-  stacked.insert(stacked.begin(), n);
-  auto buffer = detail::dev::allocate(n * x.size() * sizeof(T));
-  if (n == 1) {
-    detail::dev::copy(buffer->data(), x.local_data().data(), x.local_data().size_bytes());
-  } else {
-    std::vector<int64_t> counts(n, x.size()), displs(n);
-    for (int64_t j = 0; j < n; ++j) displs[j] = j * x.size();
-    g.comm().all_gatherv(x.local_data().data(), buffer->data(), counts, displs, dtype_v<T>);
-    comm_stats().record("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)));
-  }
-  const DistArray<T> moved = detail::move_dim(detail::local_block<T>(g, stacked, std::move(buffer)), 0, dim);
-  return tiled ? detail::merge_dims(moved, dim) : moved;
+  DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
+    const detail::AxisGroup g = detail::axis_group(axes, "all_gather");
+    detail::check_local_block(x, g, "all_gather");
+    const detail::OpLabel label([&] { return detail::manual_label("all_gather", x, g); });
+    dim = detail::dim_in_range(dim, x.ndim() + (tiled ? 0 : 1), "all_gather", "dim");
+    const int64_t n = g.size;
+    Shape stacked = x.shape();
+    stacked.insert(stacked.begin(), n);
+    auto buffer = detail::dev::allocate(n * x.size() * sizeof(T));
+    if (n == 1) {
+      detail::dev::copy(buffer->data(), x.local_data().data(), x.local_data().size_bytes());
+    } else {
+      std::vector<int64_t> counts(n, x.size()), displs(n);
+      for (int64_t j = 0; j < n; ++j) displs[j] = j * x.size();
+      g.comm().all_gatherv(x.local_data().data(), buffer->data(), counts, displs, dtype_v<T>);
+      comm_stats().record("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)));
+    }
+    const DistArray<T> moved = detail::move_dim(detail::local_block<T>(g, stacked, std::move(buffer)), 0, dim);
+    return tiled ? detail::merge_dims(moved, dim) : moved;
+  });
+  // Transpose: the sum over the group of each member's cotangent for this member's block.
+  detail::record_collective("all_gather", out, x, detail::axis_group(axes, "all_gather"), false, [&] {
+    return [axes, dim, tiled](const DistArray<T>& ct) { return psum_scatter(ct, axes, dim, tiled); };
+  });
+  return out;
 }
 
 /// The sum over the named axes, of which each member keeps its block along `scatter_dim`: block i
 /// of size 1 dropped (untiled: the dimension must equal the group size) or of size d / n (tiled).
 template <class T>
 DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scatter_dim = 0, bool tiled = false) {
-  const detail::AxisGroup g = detail::axis_group(axes, "psum_scatter");
-  detail::check_local_block(x, g, "psum_scatter");
-  const detail::OpLabel label([&] { return detail::manual_label("psum_scatter", x, g); });
-  const int d = detail::dim_in_range(scatter_dim, x.ndim(), "psum_scatter", "scatter_dim");
-  const int64_t n = g.size;
-  const DistArray<T> parts = detail::parts_in_front(x, d, g, tiled, "psum_scatter", "scatter_dim");
-  Shape out_shape(parts.shape().begin() + 1, parts.shape().end());
-  const int64_t count = numel(out_shape);
-  auto out = detail::dev::allocate(count * sizeof(T));
-  if (n == 1) {
-    detail::dev::copy(out->data(), parts.local_data().data(), parts.local_data().size_bytes());
-  } else {
-    g.comm().reduce_scatter(parts.local_data().data(), out->data(), std::vector<int64_t>(n, count), dtype_v<T>,
-                            detail::ReduceOp::sum);
-    comm_stats().record("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)));
-  }
-  return detail::local_block<T>(g, std::move(out_shape), std::move(out));
+  DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
+    const detail::AxisGroup g = detail::axis_group(axes, "psum_scatter");
+    detail::check_local_block(x, g, "psum_scatter");
+    const detail::OpLabel label([&] { return detail::manual_label("psum_scatter", x, g); });
+    const int d = detail::dim_in_range(scatter_dim, x.ndim(), "psum_scatter", "scatter_dim");
+    const int64_t n = g.size;
+    const DistArray<T> parts = detail::parts_in_front(x, d, g, tiled, "psum_scatter", "scatter_dim");
+    Shape out_shape(parts.shape().begin() + 1, parts.shape().end());
+    const int64_t count = numel(out_shape);
+    auto piece = detail::dev::allocate(count * sizeof(T));
+    if (n == 1) {
+      detail::dev::copy(piece->data(), parts.local_data().data(), parts.local_data().size_bytes());
+    } else {
+      g.comm().reduce_scatter(parts.local_data().data(), piece->data(), std::vector<int64_t>(n, count), dtype_v<T>,
+                              detail::ReduceOp::sum);
+      comm_stats().record("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)));
+    }
+    return detail::local_block<T>(g, std::move(out_shape), std::move(piece));
+  });
+  // Transpose: every member gets every member's cotangent block back.
+  detail::record_collective("psum_scatter", out, x, detail::axis_group(axes, "psum_scatter"), false, [&] {
+    return [axes, scatter_dim, tiled](const DistArray<T>& ct) { return all_gather(ct, axes, scatter_dim, tiled); };
+  });
+  return out;
 }
 
 /// Blocks exchanged over the named axes: x's `split_dim` is cut into one part per member (untiled:
@@ -183,57 +247,75 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
 template <class T>
 DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_dim, int concat_dim,
                         bool tiled = false) {
-  const detail::AxisGroup g = detail::axis_group(axes, "all_to_all");
-  detail::check_local_block(x, g, "all_to_all");
-  const detail::OpLabel label([&] { return detail::manual_label("all_to_all", x, g); });
-  const int split = detail::dim_in_range(split_dim, x.ndim(), "all_to_all", "split_dim");
-  const int concat = detail::dim_in_range(concat_dim, x.ndim(), "all_to_all", "concat_dim");
-  const int64_t n = g.size;
-  const DistArray<T> parts = detail::parts_in_front(x, split, g, tiled, "all_to_all", "split_dim");
-  const int64_t count = numel(parts.shape()) / n;
-  auto received = detail::dev::allocate(numel(parts.shape()) * sizeof(T));
-  if (n == 1) {
-    detail::dev::copy(received->data(), parts.local_data().data(), parts.local_data().size_bytes());
-  } else {
-    std::vector<int64_t> counts(n, count), displs(n);
-    for (int64_t j = 0; j < n; ++j) displs[j] = j * count;
-    g.comm().all_to_allv(parts.local_data().data(), counts, displs, received->data(), counts, displs, dtype_v<T>);
-    comm_stats().record("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)));
-  }
-  const DistArray<T> moved =
-      detail::move_dim(detail::local_block<T>(g, parts.shape(), std::move(received)), 0, concat);
-  return tiled ? detail::merge_dims(moved, concat) : moved;
+  DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
+    const detail::AxisGroup g = detail::axis_group(axes, "all_to_all");
+    detail::check_local_block(x, g, "all_to_all");
+    const detail::OpLabel label([&] { return detail::manual_label("all_to_all", x, g); });
+    const int split = detail::dim_in_range(split_dim, x.ndim(), "all_to_all", "split_dim");
+    const int concat = detail::dim_in_range(concat_dim, x.ndim(), "all_to_all", "concat_dim");
+    const int64_t n = g.size;
+    const DistArray<T> parts = detail::parts_in_front(x, split, g, tiled, "all_to_all", "split_dim");
+    const int64_t count = numel(parts.shape()) / n;
+    auto received = detail::dev::allocate(numel(parts.shape()) * sizeof(T));
+    if (n == 1) {
+      detail::dev::copy(received->data(), parts.local_data().data(), parts.local_data().size_bytes());
+    } else {
+      std::vector<int64_t> counts(n, count), displs(n);
+      for (int64_t j = 0; j < n; ++j) displs[j] = j * count;
+      g.comm().all_to_allv(parts.local_data().data(), counts, displs, received->data(), counts, displs, dtype_v<T>);
+      comm_stats().record("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)));
+    }
+    const DistArray<T> moved =
+        detail::move_dim(detail::local_block<T>(g, parts.shape(), std::move(received)), 0, concat);
+    return tiled ? detail::merge_dims(moved, concat) : moved;
+  });
+  // Transpose: the reverse exchange, with the split and concatenated dimensions swapped.
+  detail::record_collective("all_to_all", out, x, detail::axis_group(axes, "all_to_all"), false, [&] {
+    return [axes, split_dim, concat_dim, tiled](const DistArray<T>& ct) {
+      return all_to_all(ct, axes, concat_dim, split_dim, tiled);
+    };
+  });
+  return out;
 }
 
 /// x sent along the pairs (source, destination) of positions over the named axes; each position
 /// is a source at most once and a destination at most once. A device no pair sends to gets zeros.
 template <class T>
 DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
-  const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
-  detail::check_local_block(x, g, "ppermute");
-  const detail::OpLabel label([&] { return detail::manual_label("ppermute", x, g); });
-  std::vector<int> dst_of(g.size, -1), src_of(g.size, -1);
-  for (const auto& [src, dst] : perm) {
-    DAX_CHECK(src >= 0 && src < g.size && dst >= 0 && dst < g.size, "ppermute: pair (", src, ", ", dst,
-              ") is out of range for the ", g.size, " devices of ", g.text());
-    DAX_CHECK(dst_of[src] < 0, "ppermute: source ", src, " appears in more than one pair");
-    DAX_CHECK(src_of[dst] < 0, "ppermute: destination ", dst, " appears in more than one pair");
-    dst_of[src] = dst;
-    src_of[dst] = src;
-  }
-  auto out = detail::dev::allocate(x.size() * sizeof(T));
-  T* o = static_cast<T*>(out->data());
-  const int to = dst_of[g.index], from = src_of[g.index];
-  if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
-  else if (from < 0) detail::dev::fill(o, x.size(), T(0));
-  if (g.size > 1) {
-    // Every member takes part, with -1 where it has no partner on another device, so the call is
-    // numbered and compared across the group like every collective.
-    const int peer_to = to == g.index ? -1 : to, peer_from = from == g.index ? -1 : from;
-    g.comm().send_recv(x.local_data().data(), peer_to, o, peer_from, x.size(), dtype_v<T>);
-    if (peer_from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
-  }
-  return detail::local_block<T>(g, x.shape(), std::move(out));
+  DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
+    const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
+    detail::check_local_block(x, g, "ppermute");
+    const detail::OpLabel label([&] { return detail::manual_label("ppermute", x, g); });
+    std::vector<int> dst_of(g.size, -1), src_of(g.size, -1);
+    for (const auto& [src, dst] : perm) {
+      DAX_CHECK(src >= 0 && src < g.size && dst >= 0 && dst < g.size, "ppermute: pair (", src, ", ", dst,
+                ") is out of range for the ", g.size, " devices of ", g.text());
+      DAX_CHECK(dst_of[src] < 0, "ppermute: source ", src, " appears in more than one pair");
+      DAX_CHECK(src_of[dst] < 0, "ppermute: destination ", dst, " appears in more than one pair");
+      dst_of[src] = dst;
+      src_of[dst] = src;
+    }
+    auto piece = detail::dev::allocate(x.size() * sizeof(T));
+    T* o = static_cast<T*>(piece->data());
+    const int to = dst_of[g.index], from = src_of[g.index];
+    if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
+    else if (from < 0) detail::dev::fill(o, x.size(), T(0));
+    if (g.size > 1) {
+      // Every member takes part, with -1 where it has no partner on another device, so the call is
+      // numbered and compared across the group like every collective.
+      const int peer_to = to == g.index ? -1 : to, peer_from = from == g.index ? -1 : from;
+      g.comm().send_recv(x.local_data().data(), peer_to, o, peer_from, x.size(), dtype_v<T>);
+      if (peer_from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
+    }
+    return detail::local_block<T>(g, x.shape(), std::move(piece));
+  });
+  // Transpose: the inverse permutation.
+  detail::record_collective("ppermute", out, x, detail::axis_group(axes, "ppermute"), false, [&] {
+    std::vector<std::pair<int, int>> inverse;
+    for (const auto& [src, dst] : perm) inverse.emplace_back(dst, src);
+    return [axes, inverse](const DistArray<T>& ct) { return ppermute(ct, axes, inverse); };
+  });
+  return out;
 }
 
 }  // namespace dax

@@ -2,6 +2,7 @@
 // and the named-axis groups (resolved to mesh axes and a communicator ranked in the order named).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,10 @@ struct ManualContext {
   NamedSharding local;  // this rank alone, every mesh axis of size 1: local blocks are replicated on it
 };
 
-inline std::vector<const ManualContext*>& manual_stack() {
-  thread_local std::vector<const ManualContext*> stack;
+/// The enclosing shard_maps, innermost last. Shared: a gradient's tape keeps the context of the
+/// body it recorded, and re-enters it to run that body's pullbacks (which use its collectives).
+inline std::vector<std::shared_ptr<const ManualContext>>& manual_stack() {
+  thread_local std::vector<std::shared_ptr<const ManualContext>> stack;
   return stack;
 }
 
@@ -43,12 +46,13 @@ inline const ManualContext& manual_context(const char* op) {
   return *manual_stack().back();
 }
 
-/// Makes `ctx` the enclosing shard_map while alive.
+/// Makes `ctx` the enclosing context while alive. A shard_map body may not hold another one; the
+/// backward re-enters a recorded body's context (`nested_ok`), wherever the gradient is taken.
 class ManualScope {
  public:
-  explicit ManualScope(const ManualContext& ctx) {
-    DAX_CHECK(manual_stack().empty(), "shard_map: a shard_map inside another shard_map is not supported");
-    manual_stack().push_back(&ctx);
+  explicit ManualScope(std::shared_ptr<const ManualContext> ctx, bool nested_ok = false) {
+    DAX_CHECK(nested_ok || manual_stack().empty(), "shard_map: a shard_map inside another shard_map is not supported");
+    manual_stack().push_back(std::move(ctx));
   }
   ~ManualScope() { manual_stack().pop_back(); }
   ManualScope(const ManualScope&) = delete;
@@ -68,6 +72,12 @@ struct AxisGroup {
   int index = 0;          // this rank's position in it (first named axis major)
 
   Communicator& comm() const { return Runtime::current().group(ctx->mesh, axes); }
+  /// The group's mesh axes as bits (replication typing, array/trace.hpp).
+  uint64_t mask() const {
+    uint64_t m = 0;
+    for (int a : axes) m |= uint64_t{1} << a;
+    return m;
+  }
   std::string text() const { return axes_text(ctx->mesh, axes); }
 };
 
@@ -85,6 +95,14 @@ inline AxisGroup axis_group(const AxisNames& names, const char* op) {
     g.index = g.index * static_cast<int>(ctx.mesh.axis_size(a)) + static_cast<int>(coords[a]);
   }
   return g;
+}
+
+/// The mesh axes named by the bits of `mask`, in mesh order.
+inline AxisNames axes_of_mask(const Mesh& mesh, uint64_t mask) {
+  std::vector<std::string> names;
+  for (int a = 0; a < mesh.num_axes(); ++a)
+    if (mask & (uint64_t{1} << a)) names.push_back(mesh.axis_names()[a]);
+  return AxisNames(std::move(names));
 }
 
 /// Throws unless `x` is a local block of the enclosing shard_map.

@@ -135,28 +135,54 @@ class ShardMapped {
     Runtime& rt = Runtime::current();
     rt.check_mesh(mesh_);
     const bool member = mesh_.contains(rt.rank());
-    const detail::ManualContext ctx{mesh_, detail::local_view(mesh_, member ? rt.rank() : mesh_.devices()[0])};
+    const bool traced = detail::active_tracer() != nullptr && (on_tape(args) || ...);
+    if (traced) check_differentiable();
+    auto ctx = std::make_shared<const detail::ManualContext>(
+        detail::ManualContext{mesh_, detail::local_view(mesh_, member ? rt.rank() : mesh_.devices()[0])});
     size_t next = 0;
     // Braced initialization runs left to right: arguments take their specs in order.
-    std::tuple<detail::mapped_arg_t<Args>...> mapped{enter(args, next, ctx.local)...};
+    const std::tuple<detail::mapped_arg_t<Args>...> placed{place(args, next)...};
     if (!member) return outside<Result>();
-    Result result = [&] {
-      detail::ManualScope scope(ctx);
-      return std::apply(f_, mapped);
-    }();
-    return leave(ctx, std::move(result));
+    detail::ManualScope scope(ctx);
+    next = 0;
+    auto mapped = std::apply(
+        [&](const auto&... p) { return std::tuple<detail::mapped_arg_t<Args>...>{enter(p, next, *ctx, traced)...}; },
+        placed);
+    Result result = std::apply(f_, mapped);
+    return leave(*ctx, std::move(result), traced);
   }
 
  private:
   template <class A>
-  detail::mapped_arg_t<A> enter(const A& arg, size_t& next, const NamedSharding& local) const {
+  static bool on_tape(const A& arg) {
+    if constexpr (detail::is_dist_array<A>::value) return arg.trace_id() != 0;
+    else return false;
+  }
+
+  /// Gradients through shard_map: the body's replication typing is tracked (docs/autodiff.md).
+  void check_differentiable() const {
+    DAX_CHECK(mesh_.size() == Runtime::current().size(), "shard_map: a gradient through a shard_map needs its mesh "
+              "to hold every rank; ", to_string(mesh_), " holds ", mesh_.size(), " of ", Runtime::current().size());
+    DAX_CHECK(mesh_.num_axes() < 64, "shard_map: a gradient through a shard_map supports meshes of up to 63 axes, got ",
+              mesh_.num_axes());
+  }
+
+  static uint64_t spec_axes(const Mesh& mesh, const PartitionSpec& spec) {
+    uint64_t mask = 0;
+    for (const auto& e : spec.entries())
+      for (const auto& name : e.axes()) mask |= uint64_t{1} << mesh.axis_index(name);
+    for (const auto& name : spec.unreduced()) mask |= uint64_t{1} << mesh.axis_index(name);
+    return mask;
+  }
+
+  /// An array argument resharded to its in_spec (a global op, recorded like any reshard).
+  template <class A>
+  detail::mapped_arg_t<A> place(const A& arg, size_t& next) const {
     if constexpr (detail::is_dist_array<A>::value) {
       const size_t i = next++;
       const PartitionSpec& spec = in_specs_[i];
       DAX_CHECK(arg.sharding().mesh() == mesh_, "shard_map: argument ", i, " is on ", to_string(arg.sharding().mesh()),
                 " but the shard_map's mesh is ", to_string(mesh_));
-      // Gradients through shard_map need replication typing of its body (docs/autodiff.md): not yet.
-      detail::no_gradient("shard_map", arg);
       const NamedSharding target(mesh_, spec);
       target.check_rank(arg.shape());
       for (size_t d = 0; d < spec.size(); ++d) {
@@ -166,11 +192,35 @@ class ShardMapped {
                   d, " of size ", arg.shape()[d], " over ", parts, " devices, which does not divide it evenly (argument ",
                   i, " has shape ", to_string(arg.shape()), ")");
       }
-      const A placed = reshard(arg, target);
-      if (!placed.is_addressable()) return A(Shape(arg.ndim(), 0), local, nullptr);
-      return A(placed.local_shape(), local, placed.buffer());
+      return reshard(arg, target);
     } else {
       return arg;
+    }
+  }
+
+  /// This device's block of a placed argument. Under a gradient every block goes on the tape,
+  /// varying over the axes its in_spec splits (replication typing); its cotangent, invariant over
+  /// the other axes by that typing, is the block of the argument's cotangent.
+  template <class A>
+  detail::mapped_arg_t<A> enter(const A& placed, size_t& next, const detail::ManualContext& ctx, bool traced) const {
+    if constexpr (detail::is_dist_array<A>::value) {
+      const size_t i = next++;
+      if (!placed.is_addressable()) return A(Shape(placed.ndim(), 0), ctx.local, nullptr);
+      A block(placed.local_shape(), ctx.local, placed.buffer());
+      if (!traced) return block;
+      using T = typename A::value_type;
+      detail::Pullback pullback;
+      if constexpr (detail::is_floating_v<T>) {
+        if (detail::needs_gradient(placed))
+          pullback = [shape = placed.shape(), sharding = placed.sharding()](const detail::AnyArray& ct) {
+            return detail::Cotangents{detail::AnyArray(DistArray<T>(shape, sharding, ct.as<T>().buffer()))};
+          };
+      }
+      block.set_trace_id(detail::active_tracer()->record("shard_map", {placed.trace_id()}, std::move(pullback),
+                                                         detail::Varying{spec_axes(mesh_, in_specs_[i]), 0, true}));
+      return block;
+    } else {
+      return placed;
     }
   }
 
@@ -182,7 +232,7 @@ class ShardMapped {
   }
 
   template <class Result>
-  Result leave(const detail::ManualContext& ctx, Result result) const {
+  Result leave(const detail::ManualContext& ctx, Result result, bool traced) const {
     auto blocks = as_tuple(std::move(result));
     constexpr size_t outputs = std::tuple_size_v<decltype(blocks)>;
     check_out_specs(outputs);
@@ -190,6 +240,7 @@ class ShardMapped {
     std::vector<int64_t> mine;
     [&]<size_t... K>(std::index_sequence<K...>) {
       (check_block(ctx, std::get<K>(blocks), K), ...);
+      if (traced) (check_typing(std::get<K>(blocks), K), ...);
       (detail::append_record(mine, std::get<K>(blocks), check_rep), ...);
     }(std::make_index_sequence<outputs>{});
     Runtime& rt = Runtime::current();
@@ -205,8 +256,51 @@ class ShardMapped {
       return Blocks{detail::assemble<typename std::tuple_element_t<K, Blocks>::value_type>(
           mesh_, out_specs_[spec_of(K)], std::get<K>(blocks).shape(), std::get<K>(blocks).buffer())...};
     }(std::make_index_sequence<outputs>{});
+    if (traced) {
+      [&]<size_t... K>(std::index_sequence<K...>) {
+        (record_output(ctx, std::get<K>(blocks), std::get<K>(assembled), K), ...);
+      }(std::make_index_sequence<outputs>{});
+    }
     if constexpr (detail::is_tuple<Result>::value) return assembled;
     else return std::get<0>(std::move(assembled));
+  }
+
+  /// Replication typing at the exit: an output may vary only over the axes its out_spec splits or
+  /// leaves unreduced (JAX's check): elsewhere the global array would claim copies that differ.
+  template <class T>
+  void check_typing(const DistArray<T>& block, size_t k) const {
+    if (block.trace_id() == 0) return;
+    const PartitionSpec& spec = out_specs_[spec_of(k)];
+    const uint64_t extra = detail::active_tracer()->varying_axes(block.trace_id()) & ~spec_axes(mesh_, spec);
+    if (extra == 0) return;
+    const auto names = detail::axes_of_mask(mesh_, extra).names();
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+    detail::fail("shard_map: output ", k, " varies over mesh axis ", list, " but out_specs[", k, "] = ", to_string(spec),
+                 " says it is replicated there (replication typing, under a gradient); reduce it with psum, gather "
+                 "it with all_gather, or name the axis in the out spec");
+  }
+
+  /// The global output on the tape: its cotangent's block is this device's; where the block was
+  /// invariant over an axis the out spec splits or leaves unreduced, the global value holds it
+  /// several times and the blocks' cotangents are summed over that axis.
+  template <class T>
+  void record_output(const detail::ManualContext& ctx, const DistArray<T>& block, DistArray<T>& global,
+                     size_t k) const {
+    if constexpr (detail::is_floating_v<T>) {
+      if (!detail::needs_gradient(block)) return;
+      const PartitionSpec& spec = out_specs_[spec_of(k)];
+      const uint64_t sum_over = spec_axes(mesh_, spec) & ~detail::active_tracer()->varying_axes(block.trace_id());
+      const NamedSharding reduced = detail::with_unreduced_axes(global.sharding(), global.ndim(), {});
+      detail::Pullback pullback = [reduced, local = ctx.local, shape = block.shape(), sum_over,
+                                   mesh = mesh_](const detail::AnyArray& g) {
+        const DistArray<T> piece = detail::reshard_untraced(g.as<T>(), reduced);
+        DistArray<T> ct(shape, local, piece.buffer());
+        if (sum_over != 0) ct = psum(ct, detail::axes_of_mask(mesh, sum_over));
+        return detail::Cotangents{detail::AnyArray(ct)};
+      };
+      global.set_trace_id(detail::active_tracer()->record("shard_map", {block.trace_id()}, std::move(pullback), {}));
+    }
   }
 
   std::string output_check_label() const { return "shard_map's output check on " + to_string(mesh_); }

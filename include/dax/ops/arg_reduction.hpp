@@ -100,13 +100,17 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
 /// Index of the largest element along `axis` (the first one on ties).
 template <class T>
 DistArray<int64_t> argmax(const DistArray<T>& x, int axis, bool keepdims = false) {
-  return detail::arg_reduce(x, axis, keepdims, detail::fn::Greater{}, "argmax");
+  auto out = detail::arg_reduce(x, axis, keepdims, detail::fn::Greater{}, "argmax");
+  detail::record_typing("argmax", out, x);
+  return out;
 }
 
 /// Index of the smallest element along `axis` (the first one on ties).
 template <class T>
 DistArray<int64_t> argmin(const DistArray<T>& x, int axis, bool keepdims = false) {
-  return detail::arg_reduce(x, axis, keepdims, detail::fn::Less{}, "argmin");
+  auto out = detail::arg_reduce(x, axis, keepdims, detail::fn::Less{}, "argmin");
+  detail::record_typing("argmin", out, x);
+  return out;
 }
 
 }  // namespace dax

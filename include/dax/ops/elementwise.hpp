@@ -154,7 +154,9 @@ template <class T> DistArray<T> operator/(const DistArray<T>& a, const DistArray
 #define DAX_COMPARISON(name, Fn, op)                                                               \
   template <class T>                                                                             \
   DistArray<bool> name(const DistArray<T>& a, const DistArray<T>& b) {                           \
-    return detail::map<bool>(detail::Linearity::none, detail::fn::Fn{}, a, b);                  \
+    auto out = detail::map<bool>(detail::Linearity::none, detail::fn::Fn{}, a, b);              \
+    detail::record_typing(#name, out, a, b);                                                     \
+    return out;                                                                                  \
   }                                                                                              \
   template <class T>                                                                             \
   DistArray<bool> operator op(const DistArray<T>& a, const DistArray<T>& b) { return name(a, b); }
@@ -189,6 +191,8 @@ DistArray<U> astype(const DistArray<T>& x) {
     detail::record("astype", out, [&](auto) {
       return [](const DistArray<U>& g) { return detail::Cotangents{detail::AnyArray(astype<T>(g))}; };
     }, x);
+  } else {
+    detail::record_typing("astype", out, x);
   }
   return out;
 }

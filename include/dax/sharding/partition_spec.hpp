@@ -3,6 +3,8 @@
 // by NamedSharding.
 #pragma once
 
+#include <cstddef>
+
 #include <algorithm>
 #include <initializer_list>
 #include <ostream>
@@ -39,6 +41,8 @@ class PartitionSpec {
   class Entry {
    public:
     Entry(NoneType) {}
+    /// nullptr reads as None too (what a user writing Python's None in C++ reaches for first).
+    Entry(std::nullptr_t) {}
     Entry(const char* name) : axes_{name}, tuple_(false) {}
     Entry(std::string name) : axes_{std::move(name)}, tuple_(false) {}
     Entry(AxisTuple tuple) : axes_(std::move(tuple.names)), tuple_(true) {}
