@@ -41,6 +41,10 @@ inline constexpr UlpTolerance ulp_table[] = {
     {"sigmoid",      5,   0,       false},  // 1/(1+exp(-x)): exp's 3, +1 for the sum, +1 for the division
     {"gelu",         8,   0,       true},   // 0.5x(1+tanh(t)): 1+tanh cancels for x < 0, so ULPs of |x|:
                                             //   tanh's 4 and ~3 roundings in t, halved by 0.5x, each side
+    {"gelu_erf",     8,   0,       true},   // 0.5x(1+erf(x/sqrt2)): 1+erf cancels for x < 0, so ULPs of |x|:
+                                            //   erf's 2 (CUDA erff 2, erf 2) + glibc's 1, the scaling and the
+                                            //   product's roundings, each side
+    {"silu",         6,   0,       false},  // x/(1+exp(-x)): sigmoid's 5 and the product's 1
     {"softmax",      7,   1,       false},  // exp twice (3+3) + the division (1) + 1 per summed term
     {"log_softmax",  5,   1,       true},   // log's 2 + exp's 3 + 1 per summed term, in ULPs of max(|x|, |max|, 1):
                                             //   x - (max + log(sum)) rounds each term at its magnitude

@@ -382,6 +382,8 @@ void test_libm() {
   expect_same("cos<" + type + ">", check_libm<T>("cos", fn::Cos{}, -100, 100));
   expect_same("sigmoid<" + type + ">", check_libm<T>("sigmoid", fn::Sigmoid{}, -80, 80));
   expect_same("gelu<" + type + ">", check_libm<T>("gelu", fn::Gelu{}, -12, 12, true));
+  expect_same("gelu_erf<" + type + ">", check_libm<T>("gelu_erf", fn::GeluErf{}, -12, 12, true));
+  expect_same("silu<" + type + ">", check_libm<T>("silu", fn::Silu{}, -80, 80));
   expect_same("sqrt<" + type + "> (exact)", check_libm<T>(nullptr, fn::Sqrt{}, 0, 1e6));
   expect_same("rsqrt<" + type + "> (exact)", check_libm<T>(nullptr, fn::Rsqrt{}, 1e-6, 1e6));
 }

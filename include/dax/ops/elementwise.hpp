@@ -277,6 +277,29 @@ DistArray<T> minimum(const DistArray<T>& a, S s) {
                            });
 }
 
+// ---- comparisons with a scalar, either side: DistArray<bool>, no gradient (like the array
+// comparisons: a boolean result ends the gradient path, it does not stop a loss that uses one) ----
+#define DAX_SCALAR_COMPARISON(name, Fn, op)                                                \
+  template <class T, class S> requires Scalar<T, S>                                                  \
+  DistArray<bool> name(const DistArray<T>& a, S s) {                                                  \
+    return detail::map<bool>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Fn, T>{T(s)}, a); \
+  }                                                                                                  \
+  template <class T, class S> requires Scalar<T, S>                                                  \
+  DistArray<bool> name(S s, const DistArray<T>& a) {                                                  \
+    return detail::map<bool>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Fn, T>{T(s)}, a); \
+  }                                                                                                  \
+  template <class T, class S> requires Scalar<T, S>                                                  \
+  DistArray<bool> operator op(const DistArray<T>& a, S s) { return name(a, s); }                      \
+  template <class T, class S> requires Scalar<T, S>                                                  \
+  DistArray<bool> operator op(S s, const DistArray<T>& a) { return name(s, a); }
+DAX_SCALAR_COMPARISON(equal, Equal, ==)
+DAX_SCALAR_COMPARISON(not_equal, NotEqual, !=)
+DAX_SCALAR_COMPARISON(less, Less, <)
+DAX_SCALAR_COMPARISON(less_equal, LessEqual, <=)
+DAX_SCALAR_COMPARISON(greater, Greater, >)
+DAX_SCALAR_COMPARISON(greater_equal, GreaterEqual, >=)
+#undef DAX_SCALAR_COMPARISON
+
 // ---- unary ----
 namespace detail {
 
@@ -329,7 +352,16 @@ DAX_FLOAT_UNARY(cos, Cos, CosGradX, false)
 DAX_FLOAT_UNARY(tanh, Tanh, TanhGradY, true)
 DAX_FLOAT_UNARY(sigmoid, Sigmoid, SigmoidGradY, true)
 DAX_FLOAT_UNARY(gelu, Gelu, GeluGradX, false)  // the tanh approximation, as jax.nn.gelu's default
+DAX_FLOAT_UNARY(gelu_erf, GeluErf, GeluErfGradX, false)  // the exact form, as PyTorch's default
+DAX_FLOAT_UNARY(silu, Silu, SiluGradX, false)
 #undef DAX_FLOAT_UNARY
+
+/// gelu with jax.nn.gelu's switch: the tanh approximation when `approximate`, else the erf form.
+template <class T>
+  requires detail::is_floating_v<T>
+DistArray<T> gelu(const DistArray<T>& x, bool approximate) {
+  return approximate ? gelu(x) : gelu_erf(x);
+}
 
 }  // namespace dax
 

@@ -59,6 +59,30 @@ struct GeluGradX {
   }
 };
 
+/// gelu (the erf form): d/dx of 0.5 x (1 + erf(x / sqrt 2)) = 0.5 (1 + erf(x / sqrt 2)) + x phi(x),
+/// phi the standard normal density.
+struct GeluErfGradX {
+  template <class T>
+  DAX_HOST_DEVICE T operator()(T cotangent, T saved) const {
+    using C = compute_t<T>;
+    const C g = static_cast<C>(cotangent), x = static_cast<C>(saved);
+    const C cdf = C(0.5) * (C(1) + std::erf(x * C(0.7071067811865476)));
+    const C pdf = C(0.3989422804014327) * std::exp(C(-0.5) * x * x);
+    return static_cast<T>(g * (cdf + x * pdf));
+  }
+};
+
+/// silu: d/dx of x s(x) = s(x) (1 + x (1 - s(x))), s the sigmoid.
+struct SiluGradX {
+  template <class T>
+  DAX_HOST_DEVICE T operator()(T cotangent, T saved) const {
+    using C = compute_t<T>;
+    const C g = static_cast<C>(cotangent), x = static_cast<C>(saved);
+    const C s = C(1) / (C(1) + std::exp(-x));
+    return static_cast<T>(g * s * (C(1) + x * (C(1) - s)));
+  }
+};
+
 #define DAX_GRAD_FN3(Name, expr)                                                    \
   struct Name {                                                                     \
     template <class T>                                                              \

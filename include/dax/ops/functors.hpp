@@ -68,12 +68,23 @@ DAX_UNARY_FN(Tanh, std::tanh(v))
 DAX_UNARY_FN(Sigmoid, C(1) / (C(1) + std::exp(-v)))
 // The tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 DAX_UNARY_FN(Gelu, C(0.5) * v * (C(1) + std::tanh(C(0.7978845608028654) * (v + C(0.044715) * v * v * v))))
+// The exact (erf) form, as jax.nn.gelu(x, approximate=False) and PyTorch's default: 0.5 x (1 + erf(x / sqrt 2)).
+DAX_UNARY_FN(GeluErf, C(0.5) * v * (C(1) + std::erf(v * C(0.7071067811865476))))
+// silu (swish): x sigmoid(x) = x / (1 + exp(-x)).
+DAX_UNARY_FN(Silu, v / (C(1) + std::exp(-v)))
 #undef DAX_UNARY_FN
 
 /// cond ? x : y.
 struct Where {
   template <class T>
   DAX_HOST_DEVICE T operator()(bool cond, T x, T y) const { return cond ? x : y; }
+};
+
+/// One-hot: U(1) where the id equals the column, else U(0) (ids and columns of one integer type).
+template <class U>
+struct OneHot {
+  template <class I>
+  DAX_HOST_DEVICE U operator()(I id, I column) const { return id == column ? U(1) : U(0); }
 };
 
 /// The value converted to U.
