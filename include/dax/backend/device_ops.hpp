@@ -16,6 +16,7 @@
 #include <dax/backend/copy_mode.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/elementwise.hpp>
+#include <dax/backend/cpu/gather.hpp>
 #include <dax/backend/cpu/gemm.hpp>
 #include <dax/backend/cpu/generate.hpp>
 #include <dax/backend/cpu/memory.hpp>
@@ -96,6 +97,21 @@ template <class T>
 void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape,
                   bool trans_a = false, bool trans_b = false) {
   DAX_DISPATCH(batched_gemm(a, a_shape, b, b_shape, c, c_shape, trans_a, trans_b));
+}
+
+/// out (outer, count, inner) = the rows ids[j] - first of table (outer, rows, inner), 0 where not
+/// held; see backend/cpu/gather.hpp.
+template <class T, class I>
+void gather_rows(const T* table, int64_t outer, int64_t rows, int64_t inner, const I* ids, int64_t count,
+                 int64_t first, T* out) {
+  DAX_DISPATCH(gather_rows(table, outer, rows, inner, ids, count, first, out));
+}
+
+/// out (outer, rows, inner) = g (outer, count, inner) summed into the held rows ids[j] - first.
+template <class T, class I>
+void scatter_add_rows(const T* g, int64_t outer, int64_t count, int64_t inner, const I* ids, int64_t rows,
+                      int64_t first, T* out) {
+  DAX_DISPATCH(scatter_add_rows(g, outer, count, inner, ids, rows, first, out));
 }
 
 #undef DAX_DISPATCH

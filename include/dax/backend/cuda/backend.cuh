@@ -6,6 +6,7 @@
 #include <dax/backend/cuda/copy.cuh>
 #include <dax/backend/cuda/device.cuh>
 #include <dax/backend/cuda/elementwise.cuh>
+#include <dax/backend/cuda/gather.cuh>
 #include <dax/backend/cuda/gemm.cuh>
 #include <dax/backend/cuda/generate.cuh>
 #include <dax/backend/cuda/layout.cuh>
