@@ -25,6 +25,8 @@
 #include <dax/ops/arg_reduction.hpp>
 #include <dax/ops/reshape.hpp>
 #include <dax/ops/join.hpp>
+#include <dax/ops/take.hpp>
+#include <dax/ops/einsum.hpp>
 #include <dax/manual/shard_map.hpp>
 #include <dax/debug/explain_ops.hpp>
 #include <dax/io/checkpoint.hpp>

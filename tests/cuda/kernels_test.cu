@@ -20,6 +20,7 @@
 #include <dax/backend/cpu/arg_reduce.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/elementwise.hpp>
+#include <dax/backend/cpu/gather.hpp>
 #include <dax/backend/cpu/gemm.hpp>
 #include <dax/backend/cpu/reduce.hpp>
 #include <dax/backend/cpu/transpose.hpp>
@@ -546,6 +547,45 @@ void test_permute() {
   while (std::next_permutation(perm.begin(), perm.end()));
 }
 
+// ---- gather / scatter-add (take and its gradient) ----
+
+// One piece (outer, rows, inner) holding global rows [first, first + rows), ids with repeats and
+// some outside the piece: the GPU's gather and (deterministic) scatter-add against the CPU's.
+template <class T, class I>
+void check_gather(int64_t outer, int64_t rows, int64_t inner, int64_t count, int64_t first) {
+  const auto table = random_vector<T>(outer * rows * inner);
+  const auto g = random_vector<T>(outer * count * inner);
+  std::vector<I> ids(count);
+  for (auto& id : ids) id = static_cast<I>(uniform(first - 2, first + rows + 1));
+  std::vector<T> want(outer * count * inner), want_scatter(outer * rows * inner);
+  cpu::gather_rows(table.data(), outer, rows, inner, ids.data(), count, first, want.data());
+  cpu::scatter_add_rows(g.data(), outer, count, inner, ids.data(), rows, first, want_scatter.data());
+  const auto d_table = upload(table), d_g = upload(g);
+  const auto d_ids = upload(ids);
+  DeviceArray<T> out{gpu::allocate(std::max<size_t>(want.size(), 1) * sizeof(T)), want.size()};
+  DeviceArray<T> scattered{gpu::allocate(std::max<size_t>(want_scatter.size(), 1) * sizeof(T)), want_scatter.size()};
+  gpu::gather_rows(d_table.data(), outer, rows, inner, d_ids.data(), count, first, out.data());
+  gpu::scatter_add_rows(d_g.data(), outer, count, inner, d_ids.data(), rows, first, scattered.data());
+  const std::string shape = cat("(", outer, ", ", rows, ", ", inner, ") first ", first, ", ", count, " ids");
+  expect_same("gather_rows " + shape, difference(download(out), want));
+  // Sums in the same order (j ascending); the GPU accumulates 16-bit types in float.
+  const auto got = download(scattered);
+  std::vector<double> want_d, tol(want_scatter.size(), 0.0);
+  for (const T& v : want_scatter) want_d.push_back(to_double(v));
+  if constexpr (dax::detail::is_float16_v<T>)
+    for (auto& t : tol) t = 0.05;
+  expect_same("scatter_add_rows " + shape, difference(got, want_d, tol));
+}
+
+void test_gather() {
+  check_gather<float, int32_t>(1, 37, 65, 100, 0);
+  check_gather<float, int64_t>(3, 11, 5, 17, 20);
+  check_gather<double, int32_t>(2, 9, 1, 40, 5);
+  check_gather<Eigen::half, int32_t>(1, 8, 16, 30, 0);
+  check_gather<float, int32_t>(1, 0, 4, 6, 3);  // a device holding no rows: zeros
+  check_gather<float, int64_t>(2, 5, 3, 0, 0);  // no ids
+}
+
 // ---- generate ----
 
 template <class T, class F>
@@ -649,6 +689,7 @@ int main() {
   run("arg_reduce", test_arg_reduce);
   run("permute", test_permute);
   run("generate", test_generate);
+  run("gather_rows / scatter_add_rows", test_gather);
   run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });
   run("batched_gemm<double>", [] { test_gemm<double>(1e-12); });
   run("batched_gemm<int32_t>", [] { test_gemm<int32_t>(0); });

@@ -10,9 +10,6 @@
 #include <map>
 #include <random>
 
-#include <dax/ops/einsum.hpp>
-#include <dax/ops/take.hpp>
-
 #include "../common/ulp.hpp"
 #include "helpers.hpp"
 
@@ -440,8 +437,12 @@ TEST_CASE("einsum keeps split batch and head dimensions local", "[ops][transform
   const auto scores = dax::einsum("bhqd,bhkd->bhqk", qa, ka);
   const auto out = dax::einsum("bhqk,bhkd->bhqd", scores, ka);
   CHECK(dax::comm_stats().total_bytes() == 0);
-  CHECK(scores.sharding() == s);
-  CHECK(out.sharding() == s);
+  // The layout is kept (a mesh axis of one device may drop out of the spec: it splits nothing).
+  for (size_t dim : {0, 1}) {
+    if (mesh.axis_size(static_cast<int>(dim)) == 1) continue;
+    CHECK(scores.sharding().dim_axes(dim) == s.dim_axes(dim));
+    CHECK(out.sharding().dim_axes(dim) == s.dim_axes(dim));
+  }
   // The backward moves nothing either but the loss's scalar all-reduce.
   dax::comm_stats().reset();
   const auto g = dax::grad([&](const Params& p) {
