@@ -162,10 +162,21 @@ inline std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& s
 /// axes over which some device must receive data: a reduced axis when the array has elements; an
 /// axis splitting the source when some device's target piece reaches a source piece whose
 /// coordinate on that axis differs from its own) and the most a device receives in it.
+inline std::pair<std::vector<StepFacts>, size_t>& step_facts_memo() {
+  thread_local std::pair<std::vector<StepFacts>, size_t> memo;
+  return memo;
+}
+
+/// Forgets this thread's remembered step geometries and facts, so the next question about any
+/// step is answered from scratch (benchmarks timing a new plan use it).
+inline void forget_step_memos() {
+  geometry_memo() = {};
+  step_facts_memo() = {};
+}
+
 inline const StepFacts& step_facts(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
                                    const std::vector<int>& reduce_axes) {
-  thread_local std::vector<StepFacts> recent;
-  thread_local size_t next = 0;
+  auto& [recent, next] = step_facts_memo();
   for (const StepFacts& f : recent)
     if (f.from == from && f.to == to && f.shape == shape && f.reduce_axes == reduce_axes) return f;
   const auto geometry = step_geometry(shape, from, to);

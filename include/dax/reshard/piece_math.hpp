@@ -4,9 +4,10 @@
 // coordinate only where its piece index crosses a few thresholds (the last full piece, the last
 // non-empty one). So a property of every device (equal pieces, containment, the most a device
 // receives) is decided on a few representative coordinates per mesh axis: 0, 1, the last two, and
-// the neighbours of those thresholds. Dimensions whose two splits are not so related (different
-// axes on each side, or a finer split whose uneven chunks drift off the coarser grid) take every
-// coordinate of their axes: still one pass over devices, never over pairs of devices.
+// the neighbours of those thresholds. A dimension split by unrelated axes on each side (when no
+// axis splits another dimension too) is sampled by target-piece sizes and source-piece boundaries,
+// a finer split whose uneven chunks drift off the coarser grid by every coarse piece; otherwise
+// such dimensions take every coordinate of their axes: one pass over devices, never over pairs.
 #pragma once
 
 #include <algorithm>
@@ -259,6 +260,41 @@ class StepGeometry {
       flat.insert(flat.end(), coords.begin(), coords.end());
     };
     const bool to_fine = dim.to.refines(dim.from), from_fine = dim.from.refines(dim.to);
+    bool disjoint = true;
+    for (const auto& [a, stride] : dim.from.axes) disjoint = disjoint && !dim.to.uses(a);
+    if (dim.relation == DimRelation::other && disjoint) {
+      // Unrelated axes on the two sides: every (source piece, target piece) pair occurs. Target
+      // pieces come in at most three sizes (full, one short, empty), each a run of indices, and at
+      // most one target piece meets every source piece (it must hold both sides of the first
+      // source boundary), so two members of each run stand for the run. For each, the source
+      // pieces that decide a property: the first two and last two, those it meets at either
+      // end and their neighbours (one disjoint from it, when any is), the last non-empty one and
+      // the one after, and for each source axis one whose coordinate on that axis differs from the
+      // piece holding its start (the test for which axes must send).
+      const int64_t pf = dim.from.pieces, pt = dim.to.pieces, cf = dim.from_chunk, ct = dim.to_chunk;
+      const int64_t full = ct > 0 ? dim.n / ct : 0, last_from = cf > 0 ? (dim.n + cf - 1) / cf - 1 : -1;
+      std::vector<int64_t> ts{0, 1, full - 2, full - 1, full, full + 1, pt - 2, pt - 1};
+      std::sort(ts.begin(), ts.end());
+      ts.erase(std::unique(ts.begin(), ts.end()), ts.end());
+      std::vector<int64_t> fs;
+      for (int64_t it : ts) {
+        if (it < 0 || it >= pt) continue;
+        for (const auto& [a, stride] : dim.to.axes) coords[a] = (it / stride) % mesh_.axis_size(a);
+        const Slice t = piece(dim.n, ct, it);
+        const int64_t j0 = cf > 0 ? std::min(t.start / cf, pf - 1) : 0;
+        const int64_t j1 = cf > 0 && t.stop > t.start ? std::min((t.stop - 1) / cf, pf - 1) : j0;
+        fs = {0, 1, pf - 2, pf - 1, j0 - 1, j0, j0 + 1, j1 - 1, j1, j1 + 1, last_from, last_from + 1};
+        for (const auto& [a, stride] : dim.from.axes) fs.insert(fs.end(), {(j0 + stride) % pf, (j0 + pf - stride) % pf});
+        std::sort(fs.begin(), fs.end());
+        fs.erase(std::unique(fs.begin(), fs.end()), fs.end());
+        for (int64_t jf : fs) {
+          if (jf < 0 || jf >= pf) continue;
+          for (const auto& [a, stride] : dim.from.axes) coords[a] = (jf / stride) % mesh_.axis_size(a);
+          add();
+        }
+      }
+      return;
+    }
     if (dim.relation == DimRelation::other && (to_fine || from_fine)) {
       const DimSplit& coarse = to_fine ? dim.from : dim.to;
       const DimSplit& fine = to_fine ? dim.to : dim.from;
@@ -319,15 +355,22 @@ class StepGeometry {
 
 /// The geometry of a step, shared by the questions the planner asks about one pair of
 /// shardings (remembered for the last few pairs on this thread).
+struct SeenGeometry {
+  Shape shape;
+  NamedSharding from, to;
+  std::shared_ptr<const StepGeometry> geometry;
+};
+
+/// This thread's remembered geometries and the slot the next one replaces.
+inline std::pair<std::vector<SeenGeometry>, size_t>& geometry_memo() {
+  thread_local std::pair<std::vector<SeenGeometry>, size_t> memo;
+  return memo;
+}
+
 inline std::shared_ptr<const StepGeometry> step_geometry(const Shape& shape, const NamedSharding& from,
                                                          const NamedSharding& to) {
-  struct Seen {
-    Shape shape;
-    NamedSharding from, to;
-    std::shared_ptr<const StepGeometry> geometry;
-  };
-  thread_local std::vector<Seen> recent;
-  thread_local size_t next = 0;
+  using Seen = SeenGeometry;
+  auto& [recent, next] = geometry_memo();
   for (const Seen& x : recent)
     if (x.from == from && x.to == to && x.shape == shape) return x.geometry;
   Seen x{shape, from, to, std::make_shared<const StepGeometry>(shape, from, to)};
