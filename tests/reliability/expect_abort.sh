@@ -6,6 +6,10 @@
 # What is watched is the ranks (the launcher's children), not the launcher: Open MPI 4.1's mpiexec
 # was seen to stay blocked after all its ranks had exited (a launcher bug, more often under load).
 # If that happens the launcher is killed and the check still judges the ranks and the output.
+#
+# Optional environment: EXPECT_RC (the launcher's exit code must be this), REJECT (an extended
+# regular expression the output must not match, e.g. a backtrace), EXPECT_COUNT (EXPECT must match
+# this many lines, e.g. one per rank).
 set -u
 limit=$1 expect=$2
 shift 2
@@ -23,7 +27,7 @@ live_ranks() {  # children of the launcher that have not exited (zombies have)
   echo "$n"
 }
 
-seen_ranks=0 ended_at=""
+seen_ranks=0 ended_at="" launcher_killed=0
 while kill -0 "$launcher" 2>/dev/null; do
   live=$(live_ranks)
   [ "$live" -gt 0 ] && seen_ranks=1
@@ -31,6 +35,7 @@ while kill -0 "$launcher" 2>/dev/null; do
   if [ -n "$ended_at" ] && [ $((SECONDS - ended_at)) -ge 10 ]; then
     echo "note: every rank had ended $((SECONDS - ended_at)) s ago but the launcher had not; killing it"
     kill -9 "$launcher" 2>/dev/null
+    launcher_killed=1
     break
   fi
   if [ $((SECONDS - start)) -ge "$limit" ]; then
@@ -52,5 +57,19 @@ if [ "$rc" = 0 ]; then
 fi
 if ! grep -Eq "$expect" "$out"; then
   echo "FAIL: the output does not match '$expect'"
+  exit 1
+fi
+if [ -n "${EXPECT_RC:-}" ] && [ "$launcher_killed" = 1 ]; then
+  echo "note: the launcher was killed, so the job's exit code is unknown; not checked"
+elif [ -n "${EXPECT_RC:-}" ] && [ "$rc" != "$EXPECT_RC" ]; then
+  echo "FAIL: exit code $rc, expected $EXPECT_RC"
+  exit 1
+fi
+if [ -n "${REJECT:-}" ] && grep -Eq "$REJECT" "$out"; then
+  echo "FAIL: the output matches '$REJECT', which it must not"
+  exit 1
+fi
+if [ -n "${EXPECT_COUNT:-}" ] && [ "$(grep -Ec "$expect" "$out")" != "$EXPECT_COUNT" ]; then
+  echo "FAIL: '$expect' matched $(grep -Ec "$expect" "$out") lines, expected $EXPECT_COUNT"
   exit 1
 fi

@@ -3,11 +3,14 @@
 //   hang skip  -- rank 1 skips a reshard the others run, and leaves
 //   hang kill  -- rank 1 dies (SIGKILL) while the others wait for it in a collective
 //   hang hook  -- as skip, with an abort hook (what ncclCommAbort is on GPUs) that must run
+//   hang stall -- rank 1 sleeps (30 s) before the reshard: only the timeout can end the wait
 #include <dax/dax.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
@@ -25,6 +28,7 @@ int main(int argc, char** argv) {
   } else if (mode == "kill" && rt.rank() == 1) {
     std::raise(SIGKILL);
   } else {
+    if (mode == "stall" && rt.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
     dax::reshard(x, dax::NamedSharding(mesh, dax::P()));
   }
   dax::sum(x * 2.0f);

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -129,12 +130,82 @@ class MpiRegionExchange final : public PreparedExchange {
 ///
 /// The abort hooks run first (ncclCommAbort on GPUs, so NCCL kernels waiting for a lost peer
 /// stop), for at most 10 s: the job ends even if a broken device never lets them return.
-inline void abort_job(const std::string& report) {
+inline void abort_job(const std::string& report, int code = 70) {
   std::fprintf(stderr, "%s\n", report.c_str());
   std::fflush(stderr);
   if (!abort_hooks().run(std::chrono::seconds(10)))
     std::fprintf(stderr, "dax: the abort hooks (ncclCommAbort) did not return within 10 s; exiting without them\n");
-  std::_Exit(70);
+  std::_Exit(code);
+}
+
+/// The same for a call that can no longer finish (ranks diverged, a peer left): exit code 1, the
+/// code of an uncaught dax::Error; a timeout keeps 70.
+inline void fail_job(const std::string& report) { abort_job(report, 1); }
+inline void abort_job_timed_out(const std::string& report) { abort_job(report, 70); }
+
+/// The last collective this process called, for the notice it sends when it leaves.
+struct LastCollective {
+  const char* kind = nullptr;
+  int64_t count = 0;
+  DType type = DType::float32;
+  int64_t number = 0;
+  const std::string* group = nullptr;
+};
+inline LastCollective& last_collective() {
+  static LastCollective last;
+  return last;
+}
+inline std::string last_collective_text() {
+  const LastCollective& l = last_collective();
+  if (!l.kind) return "it had called no collective";
+  return cat("its last collective was ", l.count ? cat(l.kind, " of ", l.count, " ", to_string(l.type)) : std::string(l.kind),
+             " (call #", l.number, " on the group ", l.group ? *l.group : std::string("?"), ")");
+}
+
+/// What each member sends the others about a call under the default (light) check: the call's
+/// kind, count, dtype and number in the group's sequence, and a hash of them that doubles as the
+/// sign that the record has fully arrived.
+struct CallRecord {
+  int64_t number = 0;
+  int64_t count = 0;
+  int32_t type = 0;
+  int32_t world_rank = -1;
+  char kind[32] = {};
+  uint64_t check = 0;  // 0 until a record has arrived
+};
+
+inline uint64_t call_record_check(const CallRecord& r) {
+  uint64_t h = 0x7265636f7264ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x9e3779b97f4a7c15ull; h ^= h >> 29; };
+  mix(static_cast<uint64_t>(r.number));
+  mix(static_cast<uint64_t>(r.count));
+  mix(static_cast<uint64_t>(static_cast<uint32_t>(r.type)) << 32 | static_cast<uint32_t>(r.world_rank));
+  uint64_t w[4];
+  std::memcpy(w, r.kind, sizeof(w));
+  for (uint64_t v : w) mix(v);
+  return h | 1;
+}
+
+/// Reads a record MPI may be writing at this moment (from the watchdog thread): word by word, then
+/// checked; false if it has not (fully) arrived.
+inline bool read_call_record(const CallRecord& in, CallRecord& out) {
+  static_assert(sizeof(CallRecord) % 8 == 0);
+  const auto* from = reinterpret_cast<const uint64_t*>(&in);
+  auto* to = reinterpret_cast<uint64_t*>(&out);
+  for (size_t i = 0; i < sizeof(CallRecord) / 8; ++i) to[i] = __atomic_load_n(from + i, __ATOMIC_ACQUIRE);
+  out.kind[sizeof(out.kind) - 1] = 0;
+  return out.check != 0 && out.check == call_record_check(out);
+}
+
+/// Whether two records describe the same call (whoever sent them).
+inline bool same_call(const CallRecord& a, const CallRecord& b) {
+  return a.number == b.number && a.count == b.count && a.type == b.type && std::strcmp(a.kind, b.kind) == 0;
+}
+
+/// "all_reduce of 1 float32 (call #3 on this group)", from a record.
+inline std::string call_record_text(const CallRecord& r) {
+  std::string s = r.count ? cat(r.kind, " of ", r.count, " ", to_string(static_cast<DType>(r.type))) : std::string(r.kind);
+  return s + " (call #" + std::to_string(r.number) + " on this group)";
 }
 
 class MpiCommunicator final : public Communicator {
@@ -153,7 +224,9 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    for (MPI_Request& r : records_) MPI_Request_free(&r);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -166,8 +239,8 @@ class MpiCommunicator final : public Communicator {
                    const std::vector<int64_t>& displs, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const auto c = mpi_counts(counts), d = mpi_counts(displs);
-    const Guard guard(*this, "all_gather", total(counts), type);  // the same on every member
-    mpi_check(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? c[rank_] : 0, t, recv, c.data(),
+    Guard guard(*this, "all_gather", total(counts), type);  // the same on every member
+    guard.check(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? c[rank_] : 0, t, recv, c.data(),
                              d.data(), t, comm_),
               "MPI_Allgatherv");
   }
@@ -179,47 +252,47 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype t = mpi_type(type);
     const auto sc = mpi_counts(send_counts), sd = mpi_counts(send_displs);
     const auto rc = mpi_counts(recv_counts), rd = mpi_counts(recv_displs);
-    const Guard guard(*this, "all_to_all", 0, type);  // members send different amounts
-    mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_),
+    Guard guard(*this, "all_to_all", 0, type);  // members send different amounts
+    guard.check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_),
               "MPI_Alltoallv");
   }
 
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
     const auto c = mpi_counts(counts);
-    const Guard guard(*this, "reduce_scatter", total(counts), type);
+    Guard guard(*this, "reduce_scatter", total(counts), type);
     // Equal parts take the block variant, which MPI libraries tune better.
     if (std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; })) {
-      mpi_check(MPI_Reduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op, type), comm_),
+      guard.check(MPI_Reduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op, type), comm_),
                 "MPI_Reduce_scatter_block");
       return;
     }
-    mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(type), mpi_op(op, type), comm_),
+    guard.check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(type), mpi_op(op, type), comm_),
               "MPI_Reduce_scatter");
   }
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
-    const Guard guard(*this, "all_reduce", count, type);
-    mpi_check(MPI_Allreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type),
+    Guard guard(*this, "all_reduce", count, type);
+    guard.check(MPI_Allreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type),
                             mpi_op(op, type), comm_),
               "MPI_Allreduce");
   }
 
   void broadcast(void* data, int64_t count, DType type, int root) override {
-    const Guard guard(*this, "broadcast", count, type);
-    mpi_check(MPI_Bcast(data, mpi_count(count), mpi_type(type), root, comm_), "MPI_Bcast");
+    Guard guard(*this, "broadcast", count, type);
+    guard.check(MPI_Bcast(data, mpi_count(count), mpi_type(type), root, comm_), "MPI_Bcast");
   }
 
   void barrier() override {
-    const Guard guard(*this, "barrier", 0, DType::int64);
-    mpi_check(MPI_Barrier(comm_), "MPI_Barrier");
+    Guard guard(*this, "barrier", 0, DType::int64);
+    guard.check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
-    const Guard guard(*this, "send_recv", count, type);
-    mpi_check(MPI_Sendrecv(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, recv, src < 0 ? 0 : n, t,
+    Guard guard(*this, "send_recv", count, type);
+    guard.check(MPI_Sendrecv(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, recv, src < 0 ? 0 : n, t,
                            src < 0 ? MPI_PROC_NULL : src, 0, comm_, MPI_STATUS_IGNORE),
               "MPI_Sendrecv");
   }
@@ -232,16 +305,16 @@ class MpiCommunicator final : public Communicator {
 
   void exchange(const PreparedExchange& prepared, const void* send, void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);
-    const Guard guard(*this, "exchange", 0, DType::int64);
-    mpi_check(MPI_Alltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
+    Guard guard(*this, "exchange", 0, DType::int64);
+    guard.check(MPI_Alltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                             x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_),
               "MPI_Alltoallw");
   }
 
   std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) override {
-    const Guard guard(*this, "all_gather_host", static_cast<int64_t>(mine.size()), DType::int64);
+    Guard guard(*this, "all_gather_host", static_cast<int64_t>(mine.size()), DType::int64);
     std::vector<int64_t> all(mine.size() * size_);
-    mpi_check(MPI_Allgather(mine.data(), mpi_count(mine.size()), MPI_INT64_T, all.data(),
+    guard.check(MPI_Allgather(mine.data(), mpi_count(mine.size()), MPI_INT64_T, all.data(),
                             mpi_count(mine.size()), MPI_INT64_T, comm_),
               "MPI_Allgather");
     return all;
@@ -279,20 +352,154 @@ class MpiCommunicator final : public Communicator {
     std::string missing;       // who had not arrived, when known
   };
 
-  /// Compares the call with the other members' (DAX_CHECK_COLLECTIVES=1) and watches it.
+  /// Checks the call against the other members' and watches it. DAX_CHECK_COLLECTIVES=1: compares
+  /// before the call runs. By default (the light check): sends each member a record of the call as
+  /// it starts, and compares the records when it ends; if the call cannot end because the members
+  /// called different things, the watchdog sees the records arrive while this rank waits.
   class Guard {
    public:
     Guard(MpiCommunicator& c, const char* kind, int64_t count, DType type, bool compare = true)
         // Calls that are not collective over the group (a local wait) take no number in its sequence.
         : call_{&c, kind, count, type, compare ? ++c.calls_ : c.calls_, current_op_label(), {}} {
-      if (compare && collective_checks().fingerprints && c.size_ > 1) c.compare(call_);
-      watched_.emplace(c.watchdog_, &call_, &MpiCommunicator::describe_timeout);
+      const auto& checks = collective_checks();
+      if (compare) last_collective() = LastCollective{kind, count, type, call_.number, &c.name_};
+      if (compare && checks.fingerprints && c.size_ > 1) c.compare(call_);
+      light_ = compare && checks.light && c.size_ > 1;
+      if (light_) c.start_records(call_);
+      watched_.emplace(c.watchdog_, &call_, &MpiCommunicator::describe_timeout,
+                       light_ ? &MpiCommunicator::poll_records
+                              : (checks.fingerprints ? nullptr : &MpiCommunicator::poll_departure));
+    }
+    /// Under the light check: waits for the other members' records (still watched) and compares.
+    /// A difference throws the divergence report on every member (or, while another exception is
+    /// already leaving the call, ends the job with it: it is the cause).
+    ~Guard() noexcept(false) {
+      if (!light_) return;
+      MpiCommunicator& c = *const_cast<MpiCommunicator*>(call_.comm);
+      const int rc = MPI_Waitall(static_cast<int>(c.records_.size()), c.records_.data(), MPI_STATUSES_IGNORE);
+      std::string report = rc == MPI_SUCCESS ? c.records_report(false) : std::string();
+      watched_.reset();
+      if (report.empty()) return;
+      if (std::uncaught_exceptions() > 0) fail_job(report);
+      fail(report);
+    }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+    /// The MPI call's return code: when it failed and the members' records differ, the
+    /// divergence is the cause (MPI matched different calls), so that is what is thrown.
+    void check(int rc, const char* mpi_call) {
+      if (rc != MPI_SUCCESS && light_) {
+        light_ = false;
+        MpiCommunicator& c = *const_cast<MpiCommunicator*>(call_.comm);
+        if (MPI_Waitall(static_cast<int>(c.records_.size()), c.records_.data(), MPI_STATUSES_IGNORE) == MPI_SUCCESS)
+          if (std::string report = c.records_report(false); !report.empty()) fail(report);
+      }
+      mpi_check(rc, mpi_call);
     }
 
    private:
     Call call_;
+    bool light_ = false;
     std::optional<Watched> watched_;
   };
+
+  /// Fills this member's record, clears the slots of the others' and starts the exchange
+  /// (persistent requests, made on the group's first call).
+  void start_records(const Call& call) {
+    static constexpr int kRecordTag = 0x6468;
+    if (records_.empty()) {
+      theirs_.assign(size_, CallRecord{});
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        records_.emplace_back();
+        mpi_check(MPI_Recv_init(&theirs_[j], sizeof(CallRecord), MPI_BYTE, j, kRecordTag, comm_, &records_.back()),
+                  "MPI_Recv_init");
+      }
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        records_.emplace_back();
+        mpi_check(MPI_Send_init(&mine_, sizeof(CallRecord), MPI_BYTE, j, kRecordTag, comm_, &records_.back()),
+                  "MPI_Send_init");
+      }
+    }
+    mine_.number = call.number;
+    mine_.count = call.count;
+    mine_.type = static_cast<int32_t>(call.type);
+    mine_.world_rank = world_ranks_[rank_];
+    std::strncpy(mine_.kind, call.kind, sizeof(mine_.kind) - 1);
+    mine_.check = call_record_check(mine_);
+    theirs_[rank_] = mine_;
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_) __atomic_store_n(&theirs_[j].check, uint64_t{0}, __ATOMIC_RELEASE);
+    mpi_check(MPI_Startall(static_cast<int>(records_.size()), records_.data()), "MPI_Startall");
+  }
+
+  /// The divergence report from the records that have arrived; empty if they all agree. Every
+  /// member that has every record builds the same text. `waiting`: asked by the watchdog while this
+  /// rank waits in the call (records may still be missing; those members are named as such).
+  std::string records_report(bool waiting) const {
+    std::vector<CallRecord> seen(size_);
+    std::vector<bool> arrived(size_, false);
+    bool differ = false;
+    for (int j = 0; j < size_; ++j) {
+      arrived[j] = j == rank_ ? (seen[j] = mine_, true) : read_call_record(theirs_[j], seen[j]);
+      if (arrived[j] && !same_call(seen[j], mine_)) differ = true;
+    }
+    if (!differ) return {};
+    std::map<std::string, std::vector<int>> callers;
+    for (int j = 0; j < size_; ++j)
+      callers[arrived[j] ? "called " + call_record_text(seen[j]) : std::string("had not reached a call on this group yet")]
+          .push_back(world_ranks_[j]);
+    std::string report = "dax: ranks diverged on the group " + group_text() + ":";
+    for (const auto& [t, ranks] : callers) {
+      report += ranks.size() == 1 ? "\n  world rank " : "\n  world ranks ";
+      for (size_t i = 0; i < ranks.size(); ++i) report += (i ? ", " : "") + std::to_string(ranks[i]);
+      report += " " + t;
+    }
+    report += waiting ? "\n  (seen while world rank " + std::to_string(world_ranks_[rank_]) +
+                            " waited in its call; DAX_CHECK_COLLECTIVES=1 also names the ops that made these calls)"
+                      : "\n  (DAX_CHECK_COLLECTIVES=1 also names the ops that made these calls)";
+    return report;
+  }
+
+  /// "world rank 1 left the program (...) while world rank 0 waited for it in ...", if a member
+  /// that `missing` says has not reached the call sent a departure notice.
+  static std::string departure_report(const Call& call, const std::vector<bool>& missing) {
+    DepartureNotice d;
+    if (!read_departure(d)) return {};
+    const MpiCommunicator& c = *call.comm;
+    for (int j = 0; j < c.size_; ++j) {
+      if (!missing[j] || c.world_ranks_[j] != d.world_rank) continue;
+      return cat("dax: world rank ", d.world_rank, " left the program (", departure_text(d), ") while world rank ",
+                 c.world_ranks_[c.rank_], " waited for it in ", what(call), " on the group ", c.group_text(),
+                 ". Aborting the job.");
+    }
+    return {};
+  }
+
+  /// The watchdog's question under the light check: did the records show a divergence, or did a
+  /// member that has not sent its record leave?
+  static std::string poll_records(const void* p, double) {
+    const Call& call = *static_cast<const Call*>(p);
+    const MpiCommunicator& c = *call.comm;
+    std::string report = c.records_report(true);
+    if (!report.empty()) return report;
+    std::vector<bool> missing(c.size_, false);
+    CallRecord r;
+    for (int j = 0; j < c.size_; ++j) missing[j] = j != c.rank_ && !read_call_record(c.theirs_[j], r);
+    return departure_report(call, missing);
+  }
+
+  /// Without records (DAX_CHECK_COLLECTIVES=0): a member that left while this rank has waited for
+  /// a second (a member that finished the call and left cannot keep it waiting that long).
+  static std::string poll_departure(const void* p, double armed_s) {
+    if (armed_s < 1.0) return {};
+    const Call& call = *static_cast<const Call*>(p);
+    std::vector<bool> missing(call.comm->size_, true);
+    missing[call.comm->rank_] = false;
+    return departure_report(call, missing);
+  }
 
   static std::string what(const Call& call) {
     std::string s = call.count ? cat(call.kind, " of ", call.count, " ", to_string(call.type)) : std::string(call.kind);
@@ -303,12 +510,22 @@ class MpiCommunicator final : public Communicator {
   static std::string describe_timeout(const void* p) {
     const Call& call = *static_cast<const Call*>(p);
     const MpiCommunicator& c = *call.comm;
+    std::string missing = call.missing;
+    if (missing.empty() && collective_checks().light && !c.records_.empty() && c.mine_.number == call.number) {
+      std::string late;  // the light check's records say who has not arrived
+      CallRecord r;
+      for (int j = 0; j < c.size_; ++j)
+        if (j != c.rank_ && !read_call_record(c.theirs_[j], r))
+          late += (late.empty() ? "" : ", ") + std::to_string(c.world_ranks_[j]);
+      missing = late.empty() ? "every member had reached this call, so one may have died or stalled"
+                       : "world rank(s) " + late + " had not reached this call";
+    }
     return cat("dax: world rank ", c.world_ranks_[c.rank_], " timed out after ", c.timeout_s(), " s (DAX_TIMEOUT_S) in ",
                what(call), " on the group ", c.group_text(), "; ",
-               call.missing.empty() ? (collective_checks().fingerprints
+               missing.empty() ? (collective_checks().fingerprints
                                            ? "every member had reached this call, so one may have died or stalled"
                                            : "set DAX_CHECK_COLLECTIVES=1 to learn which peers had not arrived")
-                                    : call.missing,
+                                    : missing,
                ". Aborting the job.");
   }
 
@@ -368,6 +585,15 @@ class MpiCommunicator final : public Communicator {
       int done = 0;
       mpi_check(MPI_Testall(size_, recvs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (done) return;
+      if (DepartureNotice d; read_departure(d)) {  // a member left: had it sent its fingerprint?
+        std::vector<bool> late(size_, false);
+        for (int j = 0; j < size_; ++j) {
+          int arrived = 1;
+          if (recvs[j] != MPI_REQUEST_NULL) MPI_Test(&recvs[j], &arrived, MPI_STATUS_IGNORE);
+          late[j] = !arrived;
+        }
+        if (std::string report = departure_report(call, late); !report.empty()) fail_job(report);
+      }
       if (timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout) {
         std::string late;
         for (int j = 0; j < size_; ++j) {
@@ -387,6 +613,9 @@ class MpiCommunicator final : public Communicator {
   Watchdog* watchdog_ = nullptr;
   int rank_ = 0, size_ = 1;
   int64_t calls_ = 0;
+  CallRecord mine_;                   // the light check's record of this member's call in progress
+  std::vector<CallRecord> theirs_;    // the other members' records (this member's own in its slot)
+  std::vector<MPI_Request> records_;  // persistent receives from each peer, then sends to each
 };
 
 }  // namespace dax::detail

@@ -5,9 +5,17 @@
 
 #include <mpi.h>
 
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <chrono>
+
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <string>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,6 +43,45 @@ inline Runtime*& current_runtime() {
   static Runtime* rt = nullptr;
   return rt;
 }
+
+/// This process's world rank, for reports written where MPI may no longer answer.
+inline int& report_rank() {
+  static int rank = -1;
+  return rank;
+}
+
+/// The terminate handler the runtime installs: an uncaught exception becomes one line
+/// ("dax: rank 1: <what>") on this rank, no backtrace, and the job ends with exit code 1 through
+/// the abort path (abort hooks, then _Exit: the launcher stops the other ranks). A terminate with
+/// no exception in flight goes to the handler that was installed before.
+inline std::terminate_handler& previous_terminate() {
+  static std::terminate_handler previous = nullptr;
+  return previous;
+}
+
+[[noreturn]] inline void on_terminate() {
+  if (std::exception_ptr e = std::current_exception()) {
+    std::string what;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      what = error.what();
+      if (what.rfind("dax: ", 0) == 0) what.erase(0, 5);
+    } catch (const std::exception& error) {
+      const std::type_info* type = abi::__cxa_current_exception_type();
+      int status = 0;
+      char* name = type ? abi::__cxa_demangle(type->name(), nullptr, nullptr, &status) : nullptr;
+      what = cat("uncaught ", name && status == 0 ? name : (type ? type->name() : "exception"), ": ", error.what());
+      std::free(name);
+    } catch (...) {
+      const std::type_info* type = abi::__cxa_current_exception_type();
+      what = cat("uncaught exception of type ", type ? type->name() : "unknown", " (not a std::exception)");
+    }
+    abort_job(cat("dax: rank ", report_rank(), ": ", what), 1);
+  }
+  if (std::terminate_handler previous = previous_terminate()) previous();
+  std::abort();
+}
 }  // namespace detail
 
 class Runtime {
@@ -43,6 +90,7 @@ class Runtime {
   Runtime(int& argc, char**& argv) : Runtime(&argc, &argv) {}
 
   ~Runtime() {
+    leave("returned from main: its dax::Runtime was destroyed");
     for (auto& hook : shutdown_hooks_) hook();
     groups_.clear();
 #if DAX_CUDA_BACKEND
@@ -60,6 +108,7 @@ class Runtime {
     world_.reset();
     detail::job_watchdog() = nullptr;
     watchdog_.reset();
+    if (previous_terminate_set_) std::set_terminate(detail::previous_terminate());
     if (owns_mpi_) {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -116,8 +165,8 @@ class Runtime {
     MPI_Comm comm = MPI_COMM_NULL;
     int rc = MPI_SUCCESS;
     {
-      const std::string doing = "creating the communicator of the group " + name + " (MPI_Comm_create_group)";
-      const detail::Watched watched(watchdog_.get(), &doing, &describe_creation);
+      const Creation doing{"creating the communicator of the group " + name + " (MPI_Comm_create_group)", members};
+      const detail::Watched watched(watchdog_.get(), &doing, &describe_creation, &poll_creation);
       rc = MPI_Comm_create_group(world_->native(), sub_group, 0, &comm);
     }
     MPI_Group_free(&sub_group);
@@ -152,11 +201,35 @@ class Runtime {
     MPI_Comm world = MPI_COMM_NULL;
     detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
     const auto& checks = detail::collective_checks();
-    if (checks.timeout_s > 0) watchdog_ = std::make_unique<detail::Watchdog>(checks.timeout_s, &detail::abort_job);
+    if (checks.timeout_s > 0 || checks.light)
+      watchdog_ = std::make_unique<detail::Watchdog>(checks.timeout_s, &detail::abort_job_timed_out, &detail::fail_job);
     detail::job_watchdog() = watchdog_.get();
     world_ = std::make_unique<detail::MpiCommunicator>(world, "world", std::vector<int>{}, watchdog_.get());
     rank_ = world_->rank();
     size_ = world_->size();
+    detail::report_rank() = rank_;
+    detail::previous_terminate() = std::set_terminate(&detail::on_terminate);
+    previous_terminate_set_ = true;
+    // A notice from a rank that leaves lands in departure_buffer() while this rank waits in MPI.
+    detail::departure_buffer() = detail::DepartureNotice{};
+    if (size_ > 1)
+      detail::mpi_check(MPI_Irecv(&detail::departure_buffer(), sizeof(detail::DepartureNotice), MPI_BYTE,
+                                  MPI_ANY_SOURCE, kDepartureTag, world_->native(), &departure_recv_),
+                        "MPI_Irecv");
+    static bool at_exit_registered = false;
+    if (!at_exit_registered) {
+      at_exit_registered = true;
+      std::atexit([] {
+        if (Runtime* rt = detail::current_runtime()) {
+          rt->leave("called exit() while its dax::Runtime was alive");
+          if (rt->owns_mpi_) {  // what the destructor would have done; others may be waiting for it
+            int finalized = 0;
+            MPI_Finalized(&finalized);
+            if (!finalized) MPI_Finalize();
+          }
+        }
+      });
+    }
 #if DAX_CUDA_BACKEND
     gpus_ = detail::cuda::query_gpus();
     backend_ = detail::choose_backend(gpus_);
@@ -192,11 +265,69 @@ class Runtime {
     return rank;
   }
 
+  struct Creation {
+    std::string doing;
+    std::vector<int> members;  // world ranks
+  };
+
   static std::string describe_creation(const void* doing) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return detail::cat("dax: world rank ", rank, " timed out after ", detail::collective_checks().timeout_s,
-                       " s (DAX_TIMEOUT_S) ", *static_cast<const std::string*>(doing), ". Aborting the job.");
+    return detail::cat("dax: world rank ", detail::report_rank(), " timed out after ", detail::collective_checks().timeout_s,
+                       " s (DAX_TIMEOUT_S) ", static_cast<const Creation*>(doing)->doing, ". Aborting the job.");
+  }
+
+  /// A member that left while this rank has waited a second to create a communicator with it.
+  static std::string poll_creation(const void* p, double armed_s) {
+    const auto& creation = *static_cast<const Creation*>(p);
+    detail::DepartureNotice d;
+    if (armed_s < 1.0 || !detail::read_departure(d)) return {};
+    for (int m : creation.members)
+      if (m == d.world_rank && m != detail::report_rank())
+        return detail::cat("dax: world rank ", d.world_rank, " left the program (", detail::departure_text(d),
+                           ") while world rank ", detail::report_rank(), " waited for it ", creation.doing,
+                           ". Aborting the job.");
+    return {};
+  }
+
+  static constexpr int kDepartureTag = 0x6469;
+
+  /// Tells every other rank that this one leaves (how, and its last collective), so a rank waiting
+  /// for it fails with that instead of hanging; then withdraws this rank's own receive for such a
+  /// notice. Once per runtime.
+  void leave(const char* how) {
+    if (left_ || size_ == 1) return;
+    left_ = true;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    detail::DepartureNotice notice;
+    notice.world_rank = rank_;
+    const std::string text = detail::cat(how, "; ", detail::last_collective_text());
+    notice.length = static_cast<int64_t>(std::min(text.size(), sizeof(notice.text)));
+    std::memcpy(notice.text, text.data(), static_cast<size_t>(notice.length));
+    notice.check = detail::departure_check(notice.world_rank, notice.length, notice.text);
+    std::vector<MPI_Request> sends;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      sends.emplace_back();
+      MPI_Isend(&notice, sizeof(notice), MPI_BYTE, r, kDepartureTag, world_->native(), &sends.back());
+    }
+    // Small messages leave at once; give them two seconds at most (a peer that is gone must not
+    // keep this rank here).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    int done = 0;
+    while (!done && std::chrono::steady_clock::now() < give_up)
+      MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE);
+    if (!done)
+      for (MPI_Request& r : sends)
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    if (departure_recv_ != MPI_REQUEST_NULL) {
+      int arrived = 0;
+      MPI_Test(&departure_recv_, &arrived, MPI_STATUS_IGNORE);
+      if (!arrived) {
+        MPI_Cancel(&departure_recv_);
+        MPI_Wait(&departure_recv_, MPI_STATUS_IGNORE);
+      }
+    }
   }
 
   std::vector<int> members_of(const Mesh& mesh, const std::vector<int>& axes) const {
@@ -206,6 +337,9 @@ class Runtime {
   }
 
   bool owns_mpi_ = false;
+  bool left_ = false;
+  bool previous_terminate_set_ = false;
+  MPI_Request departure_recv_ = MPI_REQUEST_NULL;
   uint64_t generation_ = 0;
   int rank_ = 0, size_ = 1;
   Backend backend_ = Backend::cpu;
