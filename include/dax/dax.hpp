@@ -9,6 +9,9 @@
 #include <dax/sharding/partition_spec.hpp>
 #include <dax/sharding/visualize.hpp>
 #include <dax/runtime/runtime.hpp>
+#include <dax/runtime/make_mesh.hpp>
+#include <dax/runtime/memory.hpp>
+#include <dax/backend/memory_stats.hpp>
 #include <dax/backend/matmul_precision.hpp>
 #include <dax/array/dist_array.hpp>
 #include <dax/array/creation.hpp>
@@ -16,6 +19,7 @@
 #include <dax/comm/comm_stats.hpp>
 #include <dax/debug/explain.hpp>
 #include <dax/debug/visualize.hpp>
+#include <dax/debug/profile.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/matmul.hpp>
@@ -34,4 +38,5 @@
 #include <dax/autodiff/tree_io.hpp>
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/grad.hpp>
+#include <dax/autodiff/remat.hpp>
 #include <dax/optim/optim.hpp>

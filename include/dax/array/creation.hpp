@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dax/array/dist_array.hpp>
+#include <dax/array/profile_hook.hpp>
 #include <dax/backend/device_ops.hpp>
 
 namespace dax {
@@ -29,6 +30,7 @@ DistArray<T> make_local(const Shape& shape, const NamedSharding& sharding, Fill&
   Runtime& rt = Runtime::current();
   rt.check_mesh(sharding.mesh());
   if (!sharding.mesh().contains(rt.rank())) return DistArray<T>(shape, sharding, nullptr);
+  const ProfiledOp profiled("create", shape, dtype_v<T>, sharding);
   const Box index = sharding.device_indices(rt.rank(), shape);
   auto buffer = dev::allocate(numel(index) * sizeof(T));
   T* data = static_cast<T*>(buffer->data());

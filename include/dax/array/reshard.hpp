@@ -9,6 +9,7 @@
 
 #include <dax/array/dist_array.hpp>
 #include <dax/array/reshard_program.hpp>
+#include <dax/array/profile_hook.hpp>
 #include <dax/array/trace.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/collective_checks.hpp>
@@ -67,6 +68,7 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
   }
   const DType type = dtype_v<T>;
   const size_t n = ex.members.size();
+  const int64_t started = collective_start();
   std::shared_ptr<Buffer> send_stage, recv_stage;
   if (p.send_staging) send_stage = dev::allocate(p.send_staging * sizeof(T));
   if (p.recv_staging) recv_stage = dev::allocate(p.recv_staging * sizeof(T));
@@ -125,7 +127,7 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
     default:
       fail("reshard: step ", to_string(p.kind), " cannot run as a collective");
   }
-  comm_stats().record(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)));
+  count_collective(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)), started);
   return out;
 }
 
@@ -155,6 +157,7 @@ template <class T>
 DistArray<T> detail::reshard_untraced(const DistArray<T>& x, const NamedSharding& target) {
   detail::check_reshard(x.shape(), x.sharding(), target);
   if (!x.is_addressable()) return DistArray<T>(x.shape(), target, nullptr);
+  const detail::ProfiledOp profiled("reshard", x);
   if (x.stores_swapped()) {  // move the stored (transposed) piece; the result stays a lazy transpose
     const DistArray<T> stored = reshard_untraced(detail::stored_array(x), detail::swap_last_two(target, x.ndim()));
     return DistArray<T>::swapped_view(x.shape(), target, stored.buffer());
@@ -170,6 +173,21 @@ DistArray<T> detail::reshard_untraced(const DistArray<T>& x, const NamedSharding
   std::shared_ptr<detail::Buffer> piece = x.buffer();
   for (const auto& step : entry.extra.steps) piece = detail::run_step<T>(step, piece);
   return DistArray<T>(x.shape(), target, std::move(piece));
+}
+
+/// `x` laid out by `sharding` (jax.lax.with_sharding_constraint): eagerly the same reshard as
+/// reshard(x, sharding). The difference is in the backward: the cotangent is constrained to the
+/// same `sharding` (resharded to it, so a partial-sum cotangent is reduced there), where reshard
+/// sends it back to x's own sharding. Pin an intermediate's layout, forward and backward, with it.
+template <class T>
+DistArray<T> with_sharding_constraint(const DistArray<T>& x, const NamedSharding& sharding) {
+  DistArray<T> out = detail::reshard_untraced(x, sharding);
+  detail::record("with_sharding_constraint", out, [&](auto) {
+    return [sharding](const DistArray<T>& g) {
+      return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(g, sharding))};
+    };
+  }, x);
+  return out;
 }
 
 /// Same as reshard: JAX's device_put of an array onto a new sharding.

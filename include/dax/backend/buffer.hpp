@@ -16,8 +16,10 @@ struct AllocatorStats {
   int64_t system_allocations = 0;  // blocks obtained from the backend's raw memory
   int64_t system_frees = 0;
   int64_t requests = 0;            // blocks handed out, cached or not
-  int64_t bytes_in_use = 0;
+  int64_t bytes_in_use = 0;        // by size class
   int64_t bytes_cached = 0;
+  int64_t bytes_requested = 0;     // live blocks, in the bytes asked for (dax::memory_stats)
+  int64_t peak_bytes_requested = 0;  // the most bytes_requested since the start or reset_peak()
 };
 
 /// Keeps freed blocks by size class and hands them out again, so a steady-state loop of the same
@@ -43,6 +45,8 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     std::lock_guard lock(mutex_);
     ++stats_.requests;
     stats_.bytes_in_use += static_cast<int64_t>(size);
+    stats_.bytes_requested += static_cast<int64_t>(bytes);
+    if (stats_.bytes_requested > stats_.peak_bytes_requested) stats_.peak_bytes_requested = stats_.bytes_requested;
     auto& free_list = free_[size];
     if (!free_list.empty()) {
       void* p = free_list.back();
@@ -63,6 +67,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= static_cast<int64_t>(size);
+    stats_.bytes_requested -= static_cast<int64_t>(bytes);
     stats_.bytes_cached += static_cast<int64_t>(size);
     free_[size].push_back(p);
   }
@@ -71,6 +76,12 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   void release_cached() {
     std::lock_guard lock(mutex_);
     release_cached_locked();
+  }
+
+  /// Starts a new peak from the bytes in use now.
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    stats_.peak_bytes_requested = stats_.bytes_requested;
   }
 
   AllocatorStats stats() const {

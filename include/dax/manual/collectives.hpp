@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dax/array/transpose.hpp>
+#include <dax/array/profile_hook.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/manual/context.hpp>
@@ -119,8 +120,9 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
     const OpLabel label([&] { return manual_label(name, x, g); });
     auto reduced = dev::allocate(x.size() * sizeof(T));
     Communicator& comm = g.comm();
+    const int64_t started = collective_start();
     comm.all_reduce(x.local_data().data(), reduced->data(), x.size(), dtype_v<T>, op);
-    comm_stats().record("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size);
+    count_collective("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size, started);
     out = local_block<T>(g, x.shape(), std::move(reduced));
   }
   // psum's transpose is the identity (its output is invariant over the axes, and so is its
@@ -197,8 +199,9 @@ DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 
     } else {
       std::vector<int64_t> counts(n, x.size()), displs(n);
       for (int64_t j = 0; j < n; ++j) displs[j] = j * x.size();
+      const int64_t started = detail::collective_start();
       g.comm().all_gatherv(x.local_data().data(), buffer->data(), counts, displs, dtype_v<T>);
-      comm_stats().record("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)));
+      detail::count_collective("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)), started);
     }
     const DistArray<T> moved = detail::move_dim(detail::local_block<T>(g, stacked, std::move(buffer)), 0, dim);
     return tiled ? detail::merge_dims(moved, dim) : moved;
@@ -227,9 +230,10 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
     if (n == 1) {
       detail::dev::copy(piece->data(), parts.local_data().data(), parts.local_data().size_bytes());
     } else {
+      const int64_t started = detail::collective_start();
       g.comm().reduce_scatter(parts.local_data().data(), piece->data(), std::vector<int64_t>(n, count), dtype_v<T>,
                               detail::ReduceOp::sum);
-      comm_stats().record("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)));
+      detail::count_collective("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)), started);
     }
     return detail::local_block<T>(g, std::move(out_shape), std::move(piece));
   });
@@ -262,8 +266,9 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
     } else {
       std::vector<int64_t> counts(n, count), displs(n);
       for (int64_t j = 0; j < n; ++j) displs[j] = j * count;
+      const int64_t started = detail::collective_start();
       g.comm().all_to_allv(parts.local_data().data(), counts, displs, received->data(), counts, displs, dtype_v<T>);
-      comm_stats().record("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)));
+      detail::count_collective("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)), started);
     }
     const DistArray<T> moved =
         detail::move_dim(detail::local_block<T>(g, parts.shape(), std::move(received)), 0, concat);
@@ -304,8 +309,9 @@ DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::v
       // Every member takes part, with -1 where it has no partner on another device, so the call is
       // numbered and compared across the group like every collective.
       const int peer_to = to == g.index ? -1 : to, peer_from = from == g.index ? -1 : from;
+      const int64_t started = detail::collective_start();
       g.comm().send_recv(x.local_data().data(), peer_to, o, peer_from, x.size(), dtype_v<T>);
-      if (peer_from >= 0) comm_stats().record("ppermute", g.text(), x.size() * int64_t(sizeof(T)));
+      if (peer_from >= 0) detail::count_collective("ppermute", g.text(), x.size() * int64_t(sizeof(T)), started);
     }
     return detail::local_block<T>(g, x.shape(), std::move(piece));
   });

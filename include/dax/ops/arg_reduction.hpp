@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/profile_hook.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/functors.hpp>
 #include <dax/ops/reduction.hpp>
@@ -42,6 +43,7 @@ T from_word(int64_t w) {
 
 template <class T, class Better>
 DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Better&& better, const char* name) {
+  const ProfiledOp profiled(name, x);
   const int d = normalize_dim(axis, x.ndim(), name);
   std::vector<bool> flags(x.ndim(), false);
   flags[d] = true;
@@ -72,10 +74,11 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   int members = 1;
   if (!rule.axes.empty()) {
     auto& comm = rt.group(rule.partial.mesh(), rule.axes);
+    const int64_t started = collective_start();
     all = comm.all_gather_host(mine);
     members = comm.size();
-    comm_stats().record("all_gather", axes_text(rule.partial.mesh(), rule.axes),
-                        int64_t(mine.size() * sizeof(int64_t)) * (members - 1));
+    count_collective("all_gather", axes_text(rule.partial.mesh(), rule.axes),
+                     int64_t(mine.size() * sizeof(int64_t)) * (members - 1), started);
   }
   auto buffer = dev::allocate(outer * inner * sizeof(int64_t));
   const size_t stride = mine.size();

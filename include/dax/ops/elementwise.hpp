@@ -10,6 +10,7 @@
 
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
+#include <dax/array/profile_hook.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/array/trace.hpp>
 #include <dax/ops/elementwise_vjp.hpp>
@@ -29,6 +30,7 @@ inline RuleCache<ElementwiseRule>& elementwise_rules() {
 /// DAX_HOST_DEVICE function object (ops/functors.hpp): the same one runs on CPU and GPU.
 template <class Out, class F, class... T>
 DistArray<Out> map(Linearity linearity, F f, const DistArray<T>&... xs) {
+  const ProfiledOp profiled(function_name<F>(), xs...);
   const ElementwiseRule& rule = elementwise_rules().get(
       RuleKey{static_cast<int>(linearity), {xs.shape()...}, {xs.sharding()...}, {}},
       [&] { return elementwise_rule({xs.shape()...}, {xs.sharding()...}, linearity); });

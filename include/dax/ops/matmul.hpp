@@ -41,6 +41,7 @@ const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
 template <class T>
 DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
                        bool a_vector, bool b_vector, bool keep_unreduced = false) {
+  const ProfiledOp profiled("matmul", a, b);
   const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced);
   const MatmulCandidate& c = rule.best();
   const DistArray<T> am = moved_to(a, c.a), bm = moved_to(b, c.b);

@@ -34,6 +34,16 @@ inline std::vector<Key> split(const Key& k, int n = 2) {
   return out;
 }
 
+/// A new key from `k` and the integer `data` (jax.random.fold_in): the same (key, data) gives the
+/// same key on every rank, different data give independent keys. Its counter (data, 0, 0,
+/// 0xFFFFFFFE) lies outside both split's counters (word 3 = 0xFFFFFFFF) and sampling's (word 3 = 0
+/// for every element index below 2^64), so a folded key never repeats a split key's or a sample's
+/// Philox block. Typical use: one key per step or per rank, fold_in(key, step).
+inline Key fold_in(const Key& k, uint32_t data) {
+  const auto r = detail::philox4x32_10({{data, 0, 0, 0xFFFFFFFEu}}, k.k0, k.k1);
+  return Key{r.c[0], r.c[1]};
+}
+
 namespace detail {
 
 /// The four words for global element `index`.

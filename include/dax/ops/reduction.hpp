@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/profile_hook.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/reduction_rule.hpp>
 #include <dax/ops/rule_cache.hpp>
@@ -45,6 +46,7 @@ template <class T, class Op>
 DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool keepdims, ReduceOp kind, T identity,
                     Op op, const char* name) {
   static_assert(!std::is_same_v<T, bool>, "dax: reduce a DistArray<bool> after astype to an integer type");
+  const ProfiledOp profiled(name, x);
   const bool linear = kind == ReduceOp::sum;
   const std::vector<bool> flags = reduced_dims(x.shape(), dims, name);
   if (kind == ReduceOp::max || kind == ReduceOp::min) check_not_empty(x.shape(), flags, name);
@@ -74,9 +76,10 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
   if (!linear && !rule.axes.empty()) {
     const OpLabel label([&] { return cat(name, " of ", to_string(x.shape()), " ", to_string(x.sharding().spec())); });
     auto& comm = rt.group(rule.partial.mesh(), rule.axes);
+    const int64_t started = collective_start();
     comm.all_reduce(nullptr, out, count, dtype_v<T>, kind);
-    comm_stats().record("all_reduce", axes_text(rule.partial.mesh(), rule.axes),
-                        2 * (comm.size() - 1) * count * int64_t(sizeof(T)) / comm.size());
+    count_collective("all_reduce", axes_text(rule.partial.mesh(), rule.axes),
+                     2 * (comm.size() - 1) * count * int64_t(sizeof(T)) / comm.size(), started);
   }
   return DistArray<T>(rule.out_shape, rule.partial, std::move(buffer));
 }

@@ -1,0 +1,191 @@
+// What ops and collectives report to dax::profile (debug/profile.hpp) while one is running: each
+// op opens a ProfiledOp scope (its name, its inputs' shapes and shardings, its start), each
+// collective reports its kind, mesh axes, bytes and start when it ends. With no profile running
+// the check is one thread-local load, so eager ops pay nothing. Lives in array/ so that the ops in
+// array/, ops/ and manual/ report through it without pointing up at debug/, as trace.hpp does for
+// autodiff.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dax/backend/device_ops.hpp>
+#include <dax/backend/memory_stats.hpp>
+#include <dax/comm/comm_stats.hpp>
+#include <dax/core/dtype.hpp>
+#include <dax/sharding/named_sharding.hpp>
+
+namespace dax {
+
+template <class T>
+class DistArray;
+
+namespace detail {
+
+/// One finished op or collective, as the trace will show it. `args` are (key, JSON value) pairs.
+struct ProfileEvent {
+  std::string name;
+  std::string category;  // "op" or "collective"
+  int64_t start_ns = 0;  // since the profile started
+  int64_t duration_ns = 0;
+  std::vector<std::pair<std::string, std::string>> args;
+};
+
+/// The events of the profile running on this thread, and the ops open now (innermost last).
+struct ProfileLog {
+  int64_t origin_ns = 0;
+  std::vector<ProfileEvent> events;
+  struct OpenOp {
+    int64_t comm_bytes = 0;
+    int64_t collectives = 0;
+    const char* name = "";
+  };
+  std::vector<OpenOp> open;
+};
+
+inline ProfileLog*& active_profile() {
+  thread_local ProfileLog* log = nullptr;
+  return log;
+}
+
+inline int64_t profile_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Waits for the device's queued work, so a GPU op's time is its kernels' and not their launch.
+inline void profile_wait_for_device() {
+#if DAX_CUDA_BACKEND
+  if (dev::on_gpu()) cuda::synchronize();
+#endif
+}
+
+inline std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
+/// The op an elementwise function object stands for, from its type's name: fn::Add -> "add",
+/// fn::BindRight<fn::Multiply, float> -> "multiply" (a scalar operand), fn::Tanh -> "tanh".
+template <class F>
+const char* function_name() {
+  static const std::string name = [](std::string text) {
+    const size_t at = text.find("F = ");
+    text = at == std::string::npos ? "elementwise" : text.substr(at + 4);
+    text = text.substr(0, text.find_first_of(";]"));
+    for (const char* bind : {"BindRight<", "BindLeft<"}) {  // a scalar bound to a binary op: name the op
+      const size_t b = text.find(bind);
+      if (b != std::string::npos) text = text.substr(b + std::string(bind).size());
+    }
+    text = text.substr(0, text.find_first_of("<,"));
+    const size_t colon = text.rfind("::");
+    if (colon != std::string::npos) text = text.substr(colon + 2);
+    std::string snake;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c >= 'A' && c <= 'Z') {
+        if (i > 0) snake += '_';
+        snake += static_cast<char>(c - 'A' + 'a');
+      } else {
+        snake += c;
+      }
+    }
+    return snake.empty() ? std::string("elementwise") : snake;
+  }(__PRETTY_FUNCTION__);  // "... [with F = dax::detail::fn::Tanh]" (GCC), "... [F = ...]" (Clang)
+  return name.c_str();
+}
+
+/// When a collective starts: the clock while a profile runs, else 0 (and no clock read).
+inline int64_t collective_start() {
+  if (active_profile() == nullptr) return 0;
+  profile_wait_for_device();
+  return profile_clock_ns();
+}
+
+/// Counts a finished collective in comm_stats() and, while a profile runs, adds it to the trace
+/// and to the comm bytes of every op open around it (`started`: collective_start()'s value).
+inline void count_collective(const std::string& kind, const std::string& axes, int64_t bytes, int64_t started) {
+  comm_stats().record(kind, axes, bytes);
+  ProfileLog* log = active_profile();
+  if (log == nullptr) return;
+  profile_wait_for_device();
+  const int64_t now = profile_clock_ns();
+  for (auto& op : log->open) op.comm_bytes += bytes, ++op.collectives;
+  ProfileEvent e{kind, "collective", started - log->origin_ns, now - started, {}};
+  e.args = {{"kind", json_string(kind)},
+            {"mesh_axes", json_string(axes)},
+            {"bytes", std::to_string(bytes)},
+            {"op", json_string(log->open.empty() ? "" : log->open.back().name)}};
+  log->events.push_back(std::move(e));
+}
+
+/// Marks one op for the profile for the lifetime of the scope: its time, the bytes it leaves
+/// allocated (its result, net of temporaries), the bytes its collectives received.
+class ProfiledOp {
+ public:
+  template <class... In>
+  explicit ProfiledOp(const char* name, const DistArray<In>&... inputs) {
+    log_ = active_profile();
+    if (log_ == nullptr) return;
+    name_ = name;
+    std::string shapes, shardings, axes;
+    (describe(inputs.shape(), dtype_v<In>, inputs.sharding(), shapes, shardings, axes), ...);
+    args_ = {{"inputs", json_string(shapes)}, {"shardings", json_string(shardings)},
+             {"mesh_axes", json_string(axes)}};
+    log_->open.push_back({0, 0, name});
+    profile_wait_for_device();
+    bytes_before_ = memory_stats().bytes_in_use;
+    start_ = profile_clock_ns();
+  }
+  /// An op that makes an array from nothing but its description (creation, random sampling).
+  ProfiledOp(const char* name, const Shape& shape, DType type, const NamedSharding& sharding)
+      : ProfiledOp(name) {
+    if (log_ == nullptr) return;
+    std::string shapes, shardings, axes;
+    describe(shape, type, sharding, shapes, shardings, axes);
+    args_ = {{"result", json_string(shapes)}, {"shardings", json_string(shardings)}, {"mesh_axes", json_string(axes)}};
+  }
+  ~ProfiledOp() {
+    if (log_ == nullptr) return;
+    profile_wait_for_device();
+    const int64_t now = profile_clock_ns();
+    const ProfileLog::OpenOp done = log_->open.back();
+    log_->open.pop_back();
+    ProfileEvent e{name_, "op", start_ - log_->origin_ns, now - start_, std::move(args_)};
+    e.args.emplace_back("bytes", std::to_string(memory_stats().bytes_in_use - bytes_before_));
+    e.args.emplace_back("comm_bytes", std::to_string(done.comm_bytes));
+    e.args.emplace_back("collectives", std::to_string(done.collectives));
+    log_->events.push_back(std::move(e));
+  }
+  ProfiledOp(const ProfiledOp&) = delete;
+  ProfiledOp& operator=(const ProfiledOp&) = delete;
+
+ private:
+  static void describe(const Shape& shape, DType type, const NamedSharding& s, std::string& shapes,
+                       std::string& shardings, std::string& axes) {
+    if (!shapes.empty()) shapes += "; ", shardings += "; ";
+    shapes += to_string(type) + to_string(shape);
+    shardings += to_string(s.spec());
+    for (int i = 0; i < s.mesh().num_axes(); ++i) {
+      if (!s.splits(i) && !s.is_unreduced_over(i)) continue;
+      const std::string quoted = "'" + s.mesh().axis_names()[i] + "'";
+      if (axes.find(quoted) == std::string::npos) axes += (axes.empty() ? "" : ", ") + quoted;
+    }
+  }
+
+  ProfileLog* log_ = nullptr;
+  const char* name_ = "";
+  int64_t start_ = 0, bytes_before_ = 0;
+  std::vector<std::pair<std::string, std::string>> args_;
+};
+
+}  // namespace detail
+}  // namespace dax
