@@ -109,9 +109,11 @@ template <class T>
 std::string ulp_mismatch(const std::vector<T>& got, const std::vector<T>& want, std::string_view op, int64_t terms = 1,
                          const std::vector<T>& scale = {}) {
   const UlpTolerance& row = ulp_tolerance(op);
-  if (row.ulps < 0) return "no ULP tolerance for '" + std::string(op) + "' in tests/common/ulp.hpp";
+  // Messages are appended to a string, not built as "literal" + string: GCC 12 reports a false
+  // -Wrestrict inside operator+(const char*, std::string&&).
+  if (row.ulps < 0) return std::string("no ULP tolerance for '").append(op).append("' in tests/common/ulp.hpp");
   if (got.size() != want.size()) return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
-  if (row.at_scale && scale.size() != want.size()) return "'" + std::string(op) + "' needs one scale per element";
+  if (row.at_scale && scale.size() != want.size()) return std::string("'").append(op).append("' needs one scale per element");
   const int64_t allowed = max_ulps(op, terms);
   for (size_t i = 0; i < got.size(); ++i) {
     const int64_t d = ulp_distance(got[i], want[i]);

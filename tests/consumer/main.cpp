@@ -1,5 +1,6 @@
 // Built against the installed dax package: proves find_package(dax) + dax::dax work, and that
-// dax::dax brings OpenBLAS with one thread per rank (run_consumer.cmake checks the printed line).
+// dax::dax brings OpenBLAS with one thread per rank (run_consumer.cmake checks the printed line), and
+// that a user program compiles without a warning at -O2 -Wall -Wextra (run_consumer.cmake: -Werror).
 #include <dax/dax.hpp>
 
 #include <cmath>

@@ -30,7 +30,9 @@ set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/dax -DDAX_BUILD_TESTS=OFF -DDAX_BUILD_EXAMPLES=OFF
     -DDAX_BUILD_BENCHMARKS=OFF -DDAX_ENABLE_CUDA=OFF -DCMAKE_INSTALL_PREFIX=${prefix})
 run(${CMAKE_COMMAND} --install ${WORK_DIR}/dax)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix})
+# A user's build is quiet: g++ -O2 -Wall -Wextra with -Werror (docs/building.md#warnings).
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix}
+    "-DCMAKE_CXX_FLAGS=-O2 -Wall -Wextra -Werror")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer/consumer)
 expect("consumer ok" "installed package")
@@ -42,9 +44,10 @@ if(cores GREATER_EQUAL 2)
   expect("blas: OpenBLAS threads=2 " "installed package, OPENBLAS_NUM_THREADS=2")
 endif()
 
-# DAX_USE_BLAS=OFF in the consumer project: the installed config leaves BLAS out.
+# DAX_USE_BLAS=OFF in the consumer project: the installed config leaves BLAS out. This build also
+# takes the installed precompiled-header target, dax::dax_pch.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer_noblas -DCMAKE_PREFIX_PATH=${prefix}
-    -DDAX_USE_BLAS=OFF)
+    -DDAX_USE_BLAS=OFF -DCONSUMER_PCH=ON)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer_noblas)
 run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer_noblas/consumer)
 expect("blas: none threads=1 config=\n" "installed package, DAX_USE_BLAS=OFF")

@@ -54,7 +54,7 @@ std::vector<T> random_bits(int64_t n, uint64_t seed) {
   std::vector<T> v(n);
   for (auto& x : v) {
     const uint64_t r = rng();
-    std::memcpy(&x, &r, sizeof(T));
+    std::memcpy(static_cast<void*>(&x), &r, sizeof(T));  // T's bytes, any pattern (half, bfloat16 too)
   }
   return v;
 }

@@ -3,6 +3,8 @@
 #define CATCH_CONFIG_RUNNER
 #include "../common/catch_mpi_runner.hpp"
 
+#include <dax/dax.hpp>
+
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
   return dax::test::run_catch_on_every_rank(argc, argv, "dax_mpi_tests");

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <dax/backend/gpu_query.hpp>
-#include <dax/runtime/backend.hpp>
+#include <dax/backend/choice.hpp>
 
 #include "../common/error_of.hpp"
 #include "../common/gpu_verdict.hpp"

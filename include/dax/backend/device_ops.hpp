@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <dax/backend/buffer.hpp>
+#include <dax/backend/choice.hpp>
 #include <dax/backend/cpu/arg_reduce.hpp>
 #include <dax/backend/copy_mode.hpp>
 #include <dax/backend/cpu/copy.hpp>
@@ -23,7 +24,6 @@
 #include <dax/backend/cpu/reduce.hpp>
 #include <dax/backend/cpu/transpose.hpp>
 #include <dax/core/macros.hpp>
-#include <dax/runtime/backend.hpp>
 #if DAX_CUDA_BACKEND
 #include <dax/backend/cuda/backend.cuh>
 #endif

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include <dax/backend/choice.hpp>
 #include <dax/reshard/planner.hpp>
-#include <dax/runtime/backend.hpp>
 
 namespace dax {
 

@@ -305,9 +305,10 @@ DAX_SCALAR_COMPARISON(greater_equal, GreaterEqual, >=)
 // ---- unary ----
 namespace detail {
 
-/// out = f(x), recording x's cotangent as the fused kernel grad(g, x) or grad(g, out).
+/// out = f(x), recording x's cotangent as the fused kernel Grad{}(g, x) or Grad{}(g, out) (the
+/// last argument only names the kernel's type).
 template <class T, class F, class Grad, bool UsesOutput = false>
-DistArray<T> unary_op(const char* name, Linearity linearity, F f, const DistArray<T>& x, Grad grad) {
+DistArray<T> unary_op(const char* name, Linearity linearity, F f, const DistArray<T>& x, Grad) {
   auto out = map<T>(linearity, f, x);
   record(name, out, [&](auto) {
     return [x = UsesOutput ? out : x](const DistArray<T>& g) {

@@ -22,10 +22,10 @@
 #include <tuple>
 #include <vector>
 
+#include <dax/backend/choice.hpp>
 #include <dax/backend/cpu/blas.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/core/error.hpp>
-#include <dax/runtime/backend.hpp>
 #include <dax/runtime/group_table.hpp>
 #include <dax/sharding/mesh.hpp>
 #if DAX_CUDA_BACKEND

@@ -62,7 +62,10 @@ inline std::string sharding_picture(const Shape& shape, const NamedSharding& sha
   for (size_t i = 0; i < cell.size(); ++i) {
     label[i] = platform + " ";
     size_t n = 0;
-    for (int d : cell[i]) label[i] += (n++ ? "," : "") + std::to_string(d);
+    for (int d : cell[i]) {
+      if (n++) label[i] += ',';
+      label[i] += std::to_string(d);
+    }
   }
 
   std::vector<int64_t> col_extent(cols), min_width(cols, 0);

@@ -47,7 +47,7 @@ void gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int64_t m, i
 template <class T>
 void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape,
                   bool trans_a = false, bool trans_b = false) {
-  const size_t ra = a_shape.size(), rb = b_shape.size(), rc = c_shape.size();
+  const size_t ra = a_shape.size(), rc = c_shape.size();
   const int64_t m = c_shape[rc - 2], n = c_shape[rc - 1], k = a_shape[ra - 1];
   const Shape batch(c_shape.begin(), c_shape.end() - 2);
   const Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);

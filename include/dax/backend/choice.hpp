@@ -1,6 +1,7 @@
 // Which backend a process runs on: DAX_BACKEND=cpu|cuda, else CUDA when the program was compiled
-// with it (nvcc + DAX_HAS_CUDA) and a GPU is visible, else CPU. The runtime records its choice
-// here; the backend dispatch (backend/device_ops.hpp) reads it on every call.
+// with it (nvcc + DAX_HAS_CUDA) and a GPU is visible, else CPU. The choice belongs to the backend
+// layer: the runtime above makes it at start-up (runtime/runtime.hpp) and records it here; the
+// backend dispatch (backend/device_ops.hpp) and the cost model (ops/cost.hpp) read it.
 #pragma once
 
 #include <cstdlib>
