@@ -53,12 +53,15 @@ inline Box full_box(const Shape& shape) {
 }
 
 /// The common part of two boxes; empty slices (start == stop) where they do not meet.
+/// (A copy of `a` narrowed in place: GCC 12 at -O3 reports a false -Wfree-nonheap-object when a
+/// Box of a.size() default slices is allocated here and inlined into a caller that passes a
+/// temporary, as numel(intersect(x.box_at(...), y)) does.)
 inline Box intersect(const Box& a, const Box& b) {
-  Box out(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    const int64_t lo = a[i].start > b[i].start ? a[i].start : b[i].start;
-    const int64_t hi = a[i].stop < b[i].stop ? a[i].stop : b[i].stop;
-    out[i] = {lo, hi > lo ? hi : lo};
+  Box out = a;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (b[i].start > out[i].start) out[i].start = b[i].start;
+    if (b[i].stop < out[i].stop) out[i].stop = b[i].stop;
+    if (out[i].stop < out[i].start) out[i].stop = out[i].start;
   }
   return out;
 }
