@@ -284,11 +284,15 @@ DistArray<T> minimum(const DistArray<T>& a, S s) {
 #define DAX_SCALAR_COMPARISON(name, Fn, op)                                                \
   template <class T, class S> requires Scalar<T, S>                                                  \
   DistArray<bool> name(const DistArray<T>& a, S s) {                                                  \
-    return detail::map<bool>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Fn, T>{T(s)}, a); \
+    auto out = detail::map<bool>(detail::Linearity::none, detail::fn::BindRight<detail::fn::Fn, T>{T(s)}, a); \
+    detail::record_typing(#name, out, a);                                                            \
+    return out;                                                                                      \
   }                                                                                                  \
   template <class T, class S> requires Scalar<T, S>                                                  \
   DistArray<bool> name(S s, const DistArray<T>& a) {                                                  \
-    return detail::map<bool>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Fn, T>{T(s)}, a); \
+    auto out = detail::map<bool>(detail::Linearity::none, detail::fn::BindLeft<detail::fn::Fn, T>{T(s)}, a); \
+    detail::record_typing(#name, out, a);                                                            \
+    return out;                                                                                      \
   }                                                                                                  \
   template <class T, class S> requires Scalar<T, S>                                                  \
   DistArray<bool> operator op(const DistArray<T>& a, S s) { return name(a, s); }                      \

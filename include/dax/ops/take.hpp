@@ -131,14 +131,14 @@ DistArray<T> take(const DistArray<T>& table, const DistArray<I>& ids, int axis =
           if (!detail::has_axis(unreduced, a)) unreduced.push_back(a);
       std::sort(unreduced.begin(), unreduced.end());
       const NamedSharding ds = detail::make_sharding(mesh, tdims, unreduced);
-      if (!tm.is_addressable()) return detail::Cotangents{detail::AnyArray(DistArray<T>(tm.shape(), ds, nullptr))};
+      if (!tm.is_addressable()) return detail::Cotangents{detail::AnyArray(DistArray<T>(tm.shape(), ds, nullptr)), detail::AnyArray()};
       const detail::RowView v = detail::row_view(tm.local_index(), axis);
       auto buffer = detail::dev::allocate(tm.local_size() * sizeof(T));
       detail::dev::scatter_add_rows(gm.local_data().data(), v.outer, im.local_size(), v.inner, im.local_data().data(),
                                     v.rows, v.first, static_cast<T*>(buffer->data()));
-      return detail::Cotangents{detail::AnyArray(DistArray<T>(tm.shape(), ds, std::move(buffer)))};
+      return detail::Cotangents{detail::AnyArray(DistArray<T>(tm.shape(), ds, std::move(buffer))), detail::AnyArray()};
     };
-  }, table);
+  }, table, ids);  // ids: no gradient, but their replication typing (inside shard_map)
   return out;
 }
 
@@ -168,7 +168,9 @@ DistArray<T> one_hot(const DistArray<I>& ids, int64_t depth, const PartitionSpec
   detail::dev::broadcast_map(static_cast<T*>(buffer->data()), local,
                              {detail::broadcast_strides(ids_local, local), detail::broadcast_strides(iota.local_shape(), local)},
                              detail::fn::OneHot<T>{}, im.local_data().data(), iota.local_data().data());
-  return DistArray<T>(shape, out, std::move(buffer));
+  DistArray<T> result(shape, out, std::move(buffer));
+  detail::record_typing("one_hot", result, ids);
+  return result;
 }
 
 }  // namespace dax
