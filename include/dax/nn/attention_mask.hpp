@@ -12,6 +12,7 @@
 #include <dax/array/creation.hpp>
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/nn/functors.hpp>
+#include <dax/nn/normalization.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/sharding/build.hpp>
@@ -40,7 +41,8 @@ DistArray<T> masked_softmax(const DistArray<T>& x, const DistArray<bool>& mask) 
       "masked_softmax",
       [](const DistArray<T>& x, const DistArray<bool>& mask) {
         using namespace detail;
-        const DistArray<T> s = map<T>(Linearity::none, nn_fn::SelectOr<T>{std::numeric_limits<T>::lowest()}, x, mask);
+        const DistArray<T> s =
+            map<T>(Linearity::none, nn_fn::SelectOr<T>{std::numeric_limits<T>::lowest()}, nn_reduced(x), mask);
         const DistArray<T> e = map<T>(Linearity::none, nn_fn::ExpShift{}, s, max(s, {-1}, true));
         DistArray<T> y = e / sum(e, {-1}, true);
         return std::pair{y, y};

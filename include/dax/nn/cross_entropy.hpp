@@ -13,6 +13,7 @@
 #include <dax/array/creation.hpp>
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/nn/functors.hpp>
+#include <dax/nn/normalization.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/shape.hpp>
@@ -52,7 +53,7 @@ DistArray<T> cross_entropy(const DistArray<T>& logits, const DistArray<L>& label
       [count](const DistArray<T>& x, const DistArray<L>& labels) {
         using namespace detail;
         // Partial sums are reduced first: the max and the label's pick need the true logits.
-        const DistArray<T> z = x.sharding().is_unreduced() ? reshard(x, with_unreduced_axes(x.sharding(), x.ndim(), {})) : x;
+        const DistArray<T> z = nn_reduced(x);
         const DistArray<T> m = max(z, {-1}, true);  // all-reduce MAX over the vocabulary axes
         const DistArray<T> s = sum(map<T>(Linearity::none, nn_fn::ExpShift{}, z, m), {-1}, true);  // all-reduce SUM
         // The labels as a (..., 1) column laid out like the rows of z (replicated over the

@@ -10,13 +10,23 @@
 #include <optional>
 #include <tuple>
 
+#include <dax/array/reshard.hpp>
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/nn/functors.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
+#include <dax/sharding/build.hpp>
 
 namespace dax {
 namespace detail {
+
+/// x with its partial sums reduced (the same array when it has none): nn's forwards read the true
+/// values several times, so an unreduced input is reduced once, up front.
+template <class T>
+DistArray<T> nn_reduced(const DistArray<T>& x) {
+  return x.sharding().is_unreduced() ? reshard(x, with_unreduced_axes(x.sharding(), x.ndim(), {})) : x;
+}
+
 /// The shape checks of the normalizations: x of rank >= 1, a parameter of shape (last dim,).
 template <class T>
 void check_norm_param(const char* op, const char* what, const DistArray<T>& x, const DistArray<T>& p) {
@@ -37,8 +47,9 @@ DistArray<T> layer_norm(const DistArray<T>& x, const DistArray<T>& gamma, const 
   detail::check_norm_param("layer_norm", "beta", x, beta);
   const auto f = custom_vjp(
       "layer_norm",
-      [eps](const DistArray<T>& x, const DistArray<T>& gamma, const DistArray<T>& beta) {
+      [eps](const DistArray<T>& input, const DistArray<T>& gamma, const DistArray<T>& beta) {
         using namespace detail;
+        const DistArray<T> x = nn_reduced(input);
         const DistArray<T> mu = mean(x, {-1}, true);
         const DistArray<T> xc = x - mu;
         const DistArray<T> rstd =
@@ -72,8 +83,9 @@ DistArray<T> rms_norm(const DistArray<T>& x, const DistArray<T>& gamma, double e
   detail::check_norm_param("rms_norm", "gamma", x, gamma);
   const auto f = custom_vjp(
       "rms_norm",
-      [eps](const DistArray<T>& x, const DistArray<T>& gamma) {
+      [eps](const DistArray<T>& input, const DistArray<T>& gamma) {
         using namespace detail;
+        const DistArray<T> x = nn_reduced(input);
         const DistArray<T> r =
             map<T>(Linearity::none, nn_fn::RsqrtPlus<T>{static_cast<compute_t<T>>(eps)}, mean(square(x), {-1}, true));
         DistArray<T> y = map<T>(Linearity::none, nn_fn::Scale2{}, x, r, gamma);
