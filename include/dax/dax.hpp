@@ -39,4 +39,6 @@
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/grad.hpp>
 #include <dax/autodiff/remat.hpp>
+#include <dax/autodiff/custom_vjp.hpp>
 #include <dax/optim/optim.hpp>
+#include <dax/nn/nn.hpp>

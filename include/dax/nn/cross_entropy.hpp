@@ -1,0 +1,82 @@
+// dax::cross_entropy(logits, labels): the mean over tokens of -log softmax(logits)[label], as a
+// custom-VJP function that never gathers the logits. With the vocabulary (last) dimension split
+// over mesh axes (Megatron's vocab-parallel loss) the forward is three all-reduces of one value per
+// token over exactly those axes: the row max (MAX, under stop_gradient: its terms cancel), the sum
+// of exponentials and the label's logit (SUMs, each device adding the label's logit only where its
+// piece holds that vocabulary index). The backward, (softmax - one_hot) * g / tokens, is one fused
+// kernel on each device's own piece: it moves nothing.
+#pragma once
+
+#include <cstdint>
+#include <tuple>
+
+#include <dax/array/creation.hpp>
+#include <dax/autodiff/custom_vjp.hpp>
+#include <dax/nn/functors.hpp>
+#include <dax/nn/normalization.hpp>
+#include <dax/ops/elementwise.hpp>
+#include <dax/ops/reduction.hpp>
+#include <dax/ops/shape.hpp>
+#include <dax/sharding/build.hpp>
+
+namespace dax {
+namespace detail {
+
+/// Each element's global index along the last dimension, laid out like `like` (generated in place).
+template <class L, class T>
+DistArray<L> last_index(const DistArray<T>& like) {
+  const Shape& shape = like.shape();
+  return make_local<L>(shape, like.sharding(), [&](L* data, const Box& index) {
+    if (numel(shape) > 0) dev::generate(data, shape, index, nn_fn::LastIndex<L>{shape.back()});
+  });
+}
+
+}  // namespace detail
+
+/// mean over tokens of -log softmax(logits)[..., label]: logits (..., V) floating, labels (...) of
+/// an integer type with values in [0, V) (a label outside picks nothing: its token's loss is its
+/// logsumexp). The labels should be replicated over the axes splitting V and split like the
+/// logits' other dimensions (then nothing moves them). Returns a replicated scalar.
+template <class T, class L>
+  requires(detail::is_floating_v<T> && std::is_integral_v<L>)
+DistArray<T> cross_entropy(const DistArray<T>& logits, const DistArray<L>& labels) {
+  DAX_CHECK(logits.ndim() >= 1, "cross_entropy: logits must have a vocabulary dimension, got shape ",
+            to_string(logits.shape()));
+  const Shape tokens(logits.shape().begin(), logits.shape().end() - 1);
+  DAX_CHECK(labels.shape() == tokens, "cross_entropy: labels must have the logits' shape without the last "
+            "(vocabulary) dimension, ", to_string(tokens), ", got ", to_string(labels.shape()));
+  const int64_t count = numel(tokens);
+  DAX_CHECK(count > 0 && logits.shape().back() > 0, "cross_entropy: no tokens or an empty vocabulary in logits of shape ",
+            to_string(logits.shape()));
+  const auto f = custom_vjp(
+      "cross_entropy",
+      [count](const DistArray<T>& x, const DistArray<L>& labels) {
+        using namespace detail;
+        // Partial sums are reduced first: the max and the label's pick need the true logits.
+        const DistArray<T> z = nn_reduced(x);
+        const DistArray<T> m = max(z, {-1}, true);  // all-reduce MAX over the vocabulary axes
+        const DistArray<T> s = sum(map<T>(Linearity::none, nn_fn::ExpShift{}, z, m), {-1}, true);  // all-reduce SUM
+        // The labels as a (..., 1) column laid out like the rows of z (replicated over the
+        // vocabulary axes): no bytes when they came that way, saved for the backward.
+        const DistArray<L> label =
+            reshard(expand_dims(labels, -1), unsplit(z.sharding(), z.ndim(), z.ndim() - 1));
+        const DistArray<L> column = last_index<L>(z);
+        const DistArray<T> picked =
+            sum(map<T>(Linearity::none, nn_fn::PickLabel{}, z, label, column), {-1}, true);  // all-reduce SUM
+        const DistArray<T> lse = m + log(s);
+        DistArray<T> loss = sum(lse - picked) / static_cast<T>(count);
+        return std::pair{std::move(loss), std::tuple{z, lse, label}};
+      },
+      [count](const auto& saved, const DistArray<T>& g) {
+        using namespace detail;
+        const auto& [z, lse, label] = saved;
+        // Each device's own piece: the columns are generated where the logits live and the labels
+        // and lse are already replicated over the vocabulary axes, so nothing moves.
+        const DistArray<T> dz = map<T>(Linearity::none, nn_fn::CrossEntropyGrad{}, z, lse, label,
+                                       last_index<L>(z), g / static_cast<T>(count));
+        return std::tuple{dz, NoCotangent{}};
+      });
+  return f(logits, labels);
+}
+
+}  // namespace dax
