@@ -1,6 +1,7 @@
-// dax::load: a .npy file written by dax::save into any sharding, on any mesh and rank count. Every
-// check that needs no data runs first (io/verify.hpp); then each rank reads only its own piece
-// with MPI-IO and the pieces' checksums are summed and compared with the sidecar's.
+// dax::load: a .npy file (dax::save's or numpy.save's) into any sharding, on any mesh and rank
+// count. Every check that needs no data runs first (io/verify.hpp); then each rank reads only its
+// own piece with MPI-IO and, when a sidecar is there, the pieces' checksums are summed and
+// compared with the sidecar's.
 #pragma once
 
 #include <mpi.h>
@@ -118,8 +119,13 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
     agree_or_fail(*group, error);
   }
   const uint64_t checksum = sum_over(*group, local_sum);
-  DAX_CHECK(checksum == v.checksum, "load: ", name, " fails its checksum: its sidecar ", name, ".dax says ",
+  DAX_CHECK(!v.has_checksum || checksum == v.checksum, "load: ", name, " fails its checksum: its sidecar ", name, ".dax says ",
             hex64(v.checksum), ", the data gives ", hex64(checksum), " (the data is damaged)");
+  if (v.swap)  // a big-endian numpy.save file on a little-endian machine, or the reverse
+    for (int64_t i = 0; i < numel(box); ++i) {
+      auto* b = reinterpret_cast<unsigned char*>(data + i);
+      std::reverse(b, b + sizeof(T));
+    }
   if (dev::on_gpu()) buffer = dev::upload(data, numel(box));
   DistArray<T> out(shape, reduced, std::move(buffer));
   return sharding.is_unreduced() ? reshard(out, sharding) : out;
@@ -127,10 +133,11 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
 
 }  // namespace detail::checkpoint
 
-/// Loads a file written by dax::save into `sharding` (any mesh, any number of ranks): each rank
-/// reads only its own piece. Verifies the header, the element type (T must be the saved one),
-/// the size, the sidecar and the checksum; any mismatch is a dax::Error on every rank of the mesh,
-/// and no data is returned. Collective over the mesh; ranks outside it read only the header and
+/// Loads a .npy file, written by dax::save or by numpy.save, into `sharding` (any mesh, any number
+/// of ranks): each rank reads only its own piece. Verifies the header, the element type (T must be
+/// the saved one), the size, and, when the sidecar dax::save writes is there, the sidecar and the
+/// checksum (a file without a sidecar has no checksum to verify; big-endian data is swapped on
+/// reading); any mismatch is a dax::Error on every rank of the mesh, and no data is returned. Collective over the mesh; ranks outside it read only the header and
 /// sidecar (for the shape) and return an array without a piece.
 template <class T>
 DistArray<T> load(const std::filesystem::path& path, const NamedSharding& sharding) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <string>
 
@@ -96,10 +97,20 @@ struct Verified {
   Shape shape;
   int64_t data_offset = 0;
   uint64_t checksum = 0;
+  bool has_checksum = true;  // false for a .npy without a sidecar (numpy.save wrote it)
+  bool swap = false;         // stored in the other byte order (only without a sidecar)
 };
 
+/// The descr of the same type in the other byte order ('<f4' <-> '>f4'); "" if it has none.
+inline std::string swapped_descr(const std::string& descr) {
+  if (descr.size() != 3 || (descr[0] != '<' && descr[0] != '>')) return {};
+  return (descr[0] == '<' ? ">" : "<") + descr.substr(1);
+}
+
 /// Every check that needs no data: the header, the element type, the sidecar and the file's size.
-/// A pure function of the facts, so ranks given the same facts throw the same message.
+/// A pure function of the facts, so ranks given the same facts throw the same message. A .npy
+/// without a sidecar (written by numpy.save) passes the same header and size checks; it has no
+/// checksum to verify, and data in the other byte order is accepted (load swaps it).
 template <class T>
 Verified verify(const std::string& path, const Facts& f) {
   DAX_CHECK(f.open_error.empty(), "load: cannot open ", path, ": ", f.open_error);
@@ -110,10 +121,30 @@ Verified verify(const std::string& path, const Facts& f) {
     fail("load: ", path, " ", e.what());
   }
   const std::string want = npy::descr_of<T>();
-  DAX_CHECK(h.descr == want, "load: ", path, " holds ", describe(h.descr), ", not the ", describe(want), " asked for");
-  DAX_CHECK(!h.fortran_order, "load: ", path, " is in Fortran order (fortran_order: True); dax reads C-order data");
+  const bool plain = !f.sidecar_error.empty() && f.sidecar_error == errno_text(ENOENT);
+  const bool swap = plain && h.descr != want && !swapped_descr(want).empty() && h.descr == swapped_descr(want);
+  DAX_CHECK(h.descr == want || swap, "load: ", path, " holds ", describe(h.descr), ", not the ", describe(want),
+            " asked for");
+  DAX_CHECK(!h.fortran_order, "load: ", path, " is in Fortran order (fortran_order: True); dax reads C-order data. "
+            "Rewrite it in C order: numpy.save(path, numpy.ascontiguousarray(numpy.load(path)))");
   const int64_t bytes = npy::data_bytes(h.shape, sizeof(T));
   DAX_CHECK(bytes >= 0, "load: ", path, " has the shape ", to_string(h.shape), ", too large for 64-bit sizes");
+
+  const int64_t expected = h.data_offset + bytes;
+  const std::string layout = cat(expected, " bytes (", h.data_offset, "-byte header + ", numel(h.shape), " ",
+                                 npy::descr_name(h.descr), ")");
+  auto check_size = [&] {
+    DAX_CHECK(f.file_size >= expected, "load: ", path, " is truncated: expected ", layout, ", found ", f.file_size);
+    DAX_CHECK(f.file_size <= expected, "load: ", path, " is longer than its header says: expected ", layout,
+              ", found ", f.file_size);
+  };
+  if (plain) {  // numpy.save wrote it: no sidecar, so no checksum; NumPy's header may differ in its padding
+    check_size();
+    Verified v{h.shape, h.data_offset, 0};
+    v.has_checksum = false;
+    v.swap = swap;
+    return v;
+  }
 
   const std::string sidecar_path = path + ".dax";
   DAX_CHECK(f.sidecar_error.empty(), "load: ", path, " has no sidecar ", sidecar_path, " (", f.sidecar_error,
@@ -139,12 +170,7 @@ Verified verify(const std::string& path, const Facts& f) {
               " is '", npy::printable(f.head.substr(i, 1)), "' where dax writes '",
               npy::printable(canonical.substr(i, 1)), "'");
 
-  const int64_t expected = h.data_offset + bytes;
-  const std::string layout = cat(expected, " bytes (", h.data_offset, "-byte header + ", numel(h.shape), " ",
-                                 npy::descr_name(h.descr), ")");
-  DAX_CHECK(f.file_size >= expected, "load: ", path, " is truncated: expected ", layout, ", found ", f.file_size);
-  DAX_CHECK(f.file_size <= expected, "load: ", path, " is longer than its header says: expected ", layout,
-            ", found ", f.file_size);
+  check_size();
   return {h.shape, h.data_offset, s.checksum};
 }
 
