@@ -8,8 +8,17 @@
 //   save.hpp          dax::save
 //   load.hpp          dax::load
 //   named_arrays.hpp  a directory of named arrays in one call
+// and the files other programs write (numpy.save, numpy.savez, safetensors):
+//   npy.hpp, zip.hpp, safetensors.hpp  the formats, pure
+//   stored_file.hpp   what a file holds (dax::file_entries) and where
+//   piece_io.hpp      each rank's piece moved with pread / pwrite
+//   load_entry.hpp    dax::load(file, name, sharding), dax::load_entries
+//   save_safetensors.hpp  dax::save_safetensors
 #pragma once
 
 #include <dax/io/load.hpp>
+#include <dax/io/load_entry.hpp>
 #include <dax/io/named_arrays.hpp>
 #include <dax/io/save.hpp>
+#include <dax/io/save_safetensors.hpp>
+#include <dax/io/stored_file.hpp>
