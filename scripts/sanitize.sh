@@ -10,7 +10,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # -O0 builds in a third of -O1's time, which is most of this stage's; -g1 keeps line numbers.
 cmake -S "$DAX_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="${DAX_ASAN_OPT:--O0 -g1}" \
   -DDAX_SANITIZE=ON -DDAX_BUILD_EXAMPLES=OFF -DDAX_BUILD_BENCHMARKS=OFF -DDAX_ENABLE_CUDA=OFF >/dev/null
-cmake --build "$build" -j "$jobs" --target dax_unit_tests dax_mpi_tests
+cmake --build "$build" -j "$jobs" --target dax_unit_tests dax_mpi_tests dax_io_tests
 
 # Every ASan and UBSan report is fatal. Leaks are checked in the unit tests; not under MPI, where
 # Open MPI keeps allocations until exit in plugins it has unloaded by then (unsuppressible).
@@ -25,4 +25,4 @@ filter=${DAX_ASAN_UNIT_FILTER-"~[exhaustive]"}
 ASAN_OPTIONS=$asan "$build/tests/dax_unit_tests" ${filter:+"$filter"}
 echo "dax: multi-rank tests at 2 ranks under ASan + UBSan"
 cd "$build"
-ASAN_OPTIONS=detect_leaks=0:$asan ctest --output-on-failure --no-tests=error --timeout 1800 -R '^mpi\.np2$'
+ASAN_OPTIONS=detect_leaks=0:$asan ctest --output-on-failure --no-tests=error --timeout 1800 -R '^(mpi|io)\.np2$'
