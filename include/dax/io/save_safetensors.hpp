@@ -28,6 +28,7 @@
 #include <dax/io/piece_io.hpp>
 #include <dax/io/posix_file.hpp>
 #include <dax/io/safetensors.hpp>
+#include <dax/io/stored_file.hpp>
 #include <dax/io/text_cursor.hpp>
 #include <dax/runtime/runtime.hpp>
 
