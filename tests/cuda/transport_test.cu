@@ -398,7 +398,7 @@ int run(int gpus, int local_rank, int local_size) {
   const cu::Transport transport = cu::choose_transport();
   cu::context().init(local_rank % gpus);
   check_transport_choice();
-  dax::detail::Watchdog watchdog(120, &dax::detail::abort_job);  // the guards arm it on every call
+  dax::detail::Watchdog watchdog(120, &dax::detail::abort_job_timed_out);  // the guards arm it on every call
 
   {
     auto world = cu::make_gpu_communicator(dup_world(), "world", {}, &watchdog);
