@@ -37,7 +37,7 @@ inline Index shared_index(Communicator* group, const std::string& path, const ch
     try {
       return read_index(path);
     } catch (const Error& e) {
-      fail(op, ": ", path, " ", e.what());
+      fail(op, ": ", about(path, e.what()));
     }
   }
   std::string text, error;
@@ -45,7 +45,7 @@ inline Index shared_index(Communicator* group, const std::string& path, const ch
     try {
       text = serialize(read_index(path));
     } catch (const Error& e) {
-      error = cat(op, ": ", path, " ", e.what());
+      error = cat(op, ": ", about(path, e.what()));
     }
   }
   checkpoint::agree_or_fail(*group, error);

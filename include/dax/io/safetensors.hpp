@@ -52,6 +52,13 @@ inline std::string_view dtype_name(DType t) {
   fail("safetensors: ", to_string(t), " has no safetensors dtype");
 }
 
+/// A shape as the JSON writes it: [2,3].
+inline std::string json_shape(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += cat(i ? "," : "", shape[i]);
+  return out + "]";
+}
+
 /// One tensor of a file. `begin`/`end` count from the first byte after the header.
 struct Tensor {
   std::string name;
@@ -172,13 +179,13 @@ inline Header parse_header(std::string_view text, int64_t file_size) {
         t.begin = offsets[0];
         t.end = offsets[1];
         const int64_t bytes = npy::data_bytes(t.shape, find_dtype(t.dtype)->item_size);
-        DAX_CHECK(bytes >= 0, "the entry '", io::printable(name), "' has the shape ", to_string(t.shape),
+        DAX_CHECK(bytes >= 0, "the entry '", io::printable(name), "' has the shape ", json_shape(t.shape),
                   ", too large for 64-bit sizes");
         DAX_CHECK(t.begin <= t.end, "the entry '", io::printable(name), "' has data_offsets [", t.begin, ", ", t.end,
                   "] at byte ", offsets_byte, " that end before they begin");
         DAX_CHECK(t.end - t.begin == bytes, "the entry '", io::printable(name), "' has data_offsets [", t.begin,
                   ", ", t.end, "] at byte ", offsets_byte, " holding ", t.end - t.begin, " bytes, but ", t.dtype,
-                  " ", to_string(t.shape), " takes ", bytes);
+                  " ", json_shape(t.shape), " takes ", bytes);
         DAX_CHECK(t.end <= data_size, "the entry '", io::printable(name), "' has data_offsets [", t.begin, ", ",
                   t.end, "] at byte ", offsets_byte, " that leave the file: its data would end at byte ",
                   h.data_start + t.end, ", the file ends at byte ", file_size);
@@ -224,9 +231,7 @@ inline std::string write_header(std::vector<Tensor>& tensors, const std::map<std
   }
   for (const Tensor* t : sorted) {
     if (json.size() > 1) json += ",";
-    std::string shape = "[";
-    for (size_t i = 0; i < t->shape.size(); ++i) shape += cat(i ? "," : "", t->shape[i]);
-    json += cat("\"", t->name, "\":{\"dtype\":\"", t->dtype, "\",\"shape\":", shape, "],\"data_offsets\":[", t->begin,
+    json += cat("\"", t->name, "\":{\"dtype\":\"", t->dtype, "\",\"shape\":", json_shape(t->shape), ",\"data_offsets\":[", t->begin,
                 ",", t->end, "]}");
   }
   json += "}";

@@ -246,6 +246,11 @@ inline Index read_index(const std::string& path) {
        "\" (neither .npy's magic \\x93NUMPY nor a zip's PK\\x03\\x04) and its name does not end in .safetensors");
 }
 
+/// "<path> <phrase>", or "<path>: entry ..." for a phrase about an entry (which starts with ':').
+inline std::string about(const std::string& path, const std::string& phrase) {
+  return path + (phrase.empty() || phrase[0] == ':' ? "" : " ") + phrase;
+}
+
 /// The index as one string and back (rank 0 reads it; the others get it in one broadcast).
 inline std::string serialize(const Index& idx) {
   std::string out = cat(static_cast<int>(idx.format), " ", idx.file_size, " ", idx.arrays.size(), "\n");
@@ -306,7 +311,7 @@ inline std::vector<StoredEntry> file_entries(const std::filesystem::path& path) 
   try {
     idx = detail::stored::read_index(path.string());
   } catch (const Error& e) {
-    detail::fail("file_entries: ", path.string(), " ", e.what());
+    detail::fail("file_entries: ", detail::stored::about(path.string(), e.what()));
   }
   std::vector<StoredEntry> out;
   for (const auto& l : idx.arrays) out.push_back(l.entry);
