@@ -237,9 +237,9 @@ inline Index read_index(const std::string& path) {
     idx.arrays.push_back(read_npy(src, 0, src.size(), "", "", true));
     return idx;
   }
-  if (first.size() >= 4 && (first.substr(0, 4) == std::string("PK\x03\x04", 4) ||
-                            first.substr(0, 4) == std::string("PK\x05\x06", 4)) ||
-      std::filesystem::path(path).extension() == ".npz")
+  const bool zip_magic = first.size() >= 4 && (first.substr(0, 4) == std::string("PK\x03\x04", 4) ||
+                                               first.substr(0, 4) == std::string("PK\x05\x06", 4));
+  if (zip_magic || std::filesystem::path(path).extension() == ".npz")
     return read_npz(src);
   if (std::filesystem::path(path).extension() == ".safetensors") return read_safetensors(src);
   fail("is not a .npy, .npz or .safetensors file: it starts with \"", io::printable(first),
