@@ -59,8 +59,10 @@ if ! grep -Eq "$expect" "$out"; then
   echo "FAIL: the output does not match '$expect'"
   exit 1
 fi
-if [ -n "${EXPECT_RC:-}" ] && [ "$launcher_killed" = 1 ]; then
-  echo "note: the launcher was killed, so the job's exit code is unknown; not checked"
+if [ -n "${EXPECT_RC:-}" ] && { [ "$launcher_killed" = 1 ] || [ "$rc" -ge 128 ]; }; then
+  # Open MPI 4.1's mpiexec was also seen to crash itself (SIGSEGV in PMIx_server_finalize) after
+  # its ranks had ended: its code then says nothing about the ranks'.
+  echo "note: the launcher was killed or crashed (exit $rc), so the job's exit code is unknown; not checked"
 elif [ -n "${EXPECT_RC:-}" ] && [ "$rc" != "$EXPECT_RC" ]; then
   echo "FAIL: exit code $rc, expected $EXPECT_RC"
   exit 1
