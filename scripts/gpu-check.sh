@@ -29,7 +29,8 @@
 # default 4), DAX_CMAKE_ARGS (more configure arguments), DAX_GPU_BUDGET_S (seconds a phase may
 # take, default 530), DAX_GPU_VISIBLE=0 (act as if no GPU were visible; the CPU test uses it on a
 # machine that has one) or 1 (act as if one were: a dry run of the steps, whose tests then skip,
-# which the summary counts as a failure).
+# which the summary counts as a failure), DAX_GPU_PREBUILT=1 (BUILD was compiled elsewhere at the
+# same absolute path and carried: run it as it is; see use_prebuilt).
 set -uo pipefail
 
 usage() {
@@ -154,10 +155,43 @@ pack() {
   rm -rf "$WORK"
 }
 
+# use_prebuilt TARGETS...: DAX_GPU_PREBUILT=1: BUILD was built on another machine at the same
+# absolute path (a symlink there will do) and carried here, so a device call spends no time
+# compiling. Nothing is configured or built: the targets' programs must exist. The launcher that
+# CMake found there is replaced in the ctest files by the one on this PATH, and NCCL is taken from
+# PyTorch's wheel when the library that was linked there does not exist here. Sets BUILT.
+use_prebuilt() {
+  local missing=() t f
+  for t in "$@"; do
+    [ -n "$(find "$BUILD" -type f -name "$t" -perm -u+x -print -quit 2>/dev/null)" ] || missing+=("$t")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    note build FAIL 0 "DAX_GPU_PREBUILT=1 but $BUILD lacks ${missing[*]}"
+    return
+  fi
+  local there here
+  there=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$BUILD/CMakeCache.txt")
+  here=$(command -v mpiexec || true)
+  if [ -n "$there" ] && [ -n "$here" ] && [ "$there" != "$here" ]; then
+    find "$BUILD" -name CTestTestfile.cmake -exec sed -i "s#\"$there\"#\"$here\"#g" {} +
+  fi
+  local nccl
+  nccl=$(sed -n 's/^DAX_NCCL_LIBRARY:FILEPATH=//p' "$BUILD/CMakeCache.txt")
+  if [ ! -e "$nccl" ] && [ -n "${DAX_NCCL_WHEEL_DIR:-}" ]; then
+    export LD_LIBRARY_PATH=$DAX_NCCL_WHEEL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  note build SKIP 0 "DAX_GPU_PREBUILT=1: $* built elsewhere; launcher $here"
+  BUILT=0
+}
+
 # configure_and_build TARGETS...: configures BUILD when it has no cache yet (Ninja when there is
 # one), then builds TARGETS (DAX_GPU_TARGETS instead when set) with every core. Sets BUILT.
 configure_and_build() {
   BUILT=1
+  if [ "${DAX_GPU_PREBUILT:-}" = 1 ]; then
+    use_prebuilt "$@"
+    return
+  fi
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     local args=(-DCMAKE_BUILD_TYPE=Release -DDAX_ENABLE_CUDA=ON -DDAX_BUILD_TESTS=ON -DDAX_BUILD_EXAMPLES=ON
       -DDAX_BUILD_BENCHMARKS=ON)
@@ -200,7 +234,7 @@ configure_and_build() {
 # ---- test ----
 if [ "$PHASE" = test ]; then
   # dax_examples_cuda: every example's nvcc copy in one program (examples/CMakeLists.txt).
-  targets=(dax_cuda_smoke dax_cuda_kernels_test dax_cuda_transport_test dax_cuda_mpi_tests dax_examples_cuda)
+  targets=(dax_cuda_smoke dax_cuda_kernels_test dax_cuda_big_sizes_test dax_cuda_transport_test dax_cuda_mpi_tests dax_examples_cuda)
   configure_and_build "${targets[@]}"
   if [ $BUILT -eq 0 ]; then
     # Leave 15 s to write the summary; every test has its own TIMEOUT (120 s at most) too. With a

@@ -36,10 +36,29 @@ def gpu_visible():
     return ""
 
 
+HEAD = re.compile(r"^\s*\d+/\d+\s+Test\s+#\s*\d+:")
+
+
+def result_lines(text):
+    """ctest's result lines, each joined with the lines it spills onto: a failed regular-expression
+    test prints "***Failed  Required regular expression not found. Regex=[verified: " and the
+    rest ("]  1.65 sec") on the next line, since the expression ends in a newline."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not HEAD.match(line):
+            continue
+        joined = line
+        for extra in lines[i + 1:i + 4]:
+            if re.search(r"\ssec\s*$", joined):
+                break
+            joined += " " + extra
+        yield joined
+
+
 def parse(text):
     """{test name: (status, seconds)}, the last result of each name."""
     results = {}
-    for line in text.splitlines():
+    for line in result_lines(text):
         m = RESULT.match(line)
         if m:
             results[m.group(1)] = (m.group(2).strip(), float(m.group(3)))

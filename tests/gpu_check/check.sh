@@ -37,6 +37,8 @@ if [ "${1:-}" = summary ]; then
   expect failed.log no 1 "  failed  cuda.mpi.ops.mpi_transport.np4 (Timeout, 120.01 s)"
   expect failed.log no 1 "  failed  example.fsdp.cuda.np1 (Not Run, 0.00 s)"
   expect failed.log no 1 "  failed  cuda.mpi.checkpoint.nccl.np1 (Exception: SegFault, 1.20 s)"
+  # An example whose `verified: ` line is missing: ctest's result spills onto a second line.
+  expect regex_failed.log yes 1 "counts: passed=1 failed=1 skipped=0" "1 test failed"
   expect none_found.log yes 1 "counts: passed=0 failed=0 skipped=0" "no GPU test ran (no tests were found)"
   expect no_such.log no 1 "counts: passed=0 failed=0 skipped=0" "no GPU test ran"
 
