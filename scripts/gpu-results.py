@@ -64,13 +64,21 @@ def results(bench, reshard, torch, tests, date, device=None):
         kind = row["dtype"] + ("" if row["precision"] == "highest" else "/" + row["precision"])
         gemm.setdefault(kind, {})[f"{row['m']}x{row['n']}x{row['k']}"] = row["ratio"]
     out["gemm_vs_cublas"] = gemm or None
-    out["elementwise_vs_copy"] = bench.get("elementwise", {}).get("ratio")
+    out["elementwise_vs_copy"] = bench.get("elementwise", {}).get("ratio")  # the add's
+    ops = bench.get("elementwise", {}).get("ops")
+    if ops:
+        out["elementwise_ops_vs_copy"] = {name: row["ratio"] for name, row in ops.items()}
     red = bench.get("reduction")
     out["reduction_vs_copy"] = {"sum_all": red["sum_all_ratio"], "sum_rows": red["sum_rows_ratio"]} if red else None
+    if red and "sum_columns_ratio" in red:
+        out["reduction_vs_copy"]["sum_columns"] = red["sum_columns_ratio"]
     out["host_overhead_us"] = bench.get("host_overhead", {}).get("dax_add_us")
     rs = (reshard or {}).get("reshard")
     out["reshard_vs_raw"] = ({"all_gather": rs["all_gather_ratio"], "all_to_all": rs["all_to_all_ratio"],
                               "ranks": rs["ranks"], "transport": rs["transport"]} if rs else None)
+    if rs and "all_gather_mpi_ratio" in rs:  # raw MPI on pinned host buffers
+        out["reshard_vs_raw"]["all_gather_mpi"] = rs["all_gather_mpi_ratio"]
+        out["reshard_vs_raw"]["all_to_all_mpi"] = rs["all_to_all_mpi_ratio"]
     if "allocator" in bench:
         out["steady_state_cudamalloc"] = bench["allocator"].get("steady_state_system_allocations")
     if "mlp" in bench:
@@ -114,7 +122,10 @@ def main():
                            "reshard_vs_raw") if data[k] is None]
     if data["tests"].get("passed") is None:
         missing.append("tests")
-    for key in ("elementwise_vs_copy", "reduction_vs_copy", "host_overhead_us", "reshard_vs_raw", "gemm_vs_cublas"):
+    for key in ("elementwise_vs_copy", "elementwise_ops_vs_copy", "reduction_vs_copy", "host_overhead_us",
+                "reshard_vs_raw", "gemm_vs_cublas"):
+        if key not in data:
+            continue
         print(f"{key}: {json.dumps(data[key])}")
     print(f"wrote {os.path.basename(path)}" + (f" (missing: {', '.join(missing)})" if missing else ""))
     return 1 if bench is None or missing else 0

@@ -350,6 +350,24 @@ void test_elementwise() {
                    operand<float>({9, 1}), operand<float>({4, 1, 1, 1}));
   check_map<float>("empty output", {3, 0, 5}, SubMul{}, operand<float>({3, 0, 5}), operand<float>({5}),
                    operand<float>({}));
+  // The flat kernel: operands laid out like the output or broadcast scalars, 16-byte accesses and
+  // a tail of count % V elements.
+  check_map<float>("dense, scalar, dense, odd count", {1000003}, SubMul{}, operand<float>({1000003}),
+                   operand<float>({}), operand<float>({1000003}));
+  check_map<uint8_t>("comparison of (67,61) with a scalar", {67, 61}, Less{}, operand<float>({67, 61}),
+                     operand<double>({1, 1}));
+  check_map<double>("float -> double with a tail", {4097}, Scale{0.5}, operand<float>({4097}));
+  {  // a dense operand one element past an aligned start takes the strided walk, same values
+    const Shape shape{1027};
+    const auto in = random_vector<float>(1028);
+    const std::array<std::vector<int64_t>, 1> strides{dax::detail::row_major_strides(shape)};
+    std::vector<double> want(1027);
+    cpu::broadcast_map(want.data(), shape, strides, Scale{3.0}, in.data() + 1);
+    const auto d_in = upload(in);
+    DeviceArray<double> out{gpu::allocate(want.size() * sizeof(double)), want.size()};
+    gpu::broadcast_map(out.data(), shape, strides, Scale{3.0}, d_in.data() + 1);
+    expect_same("broadcast_map from an unaligned operand", difference(download(out), want));
+  }
 }
 
 // The transcendental functors: GPU (CUDA's libm, FMA contraction) against the same functor on the
@@ -478,6 +496,32 @@ void test_reduce() {
   check_reductions({3, 300007}, {false, true});
   check_reductions({2, 5000, 70}, {false, true, false});
   check_reductions({3000, 40}, {false, true});  // short rows: a thread per output
+  // The layouts with kernels of their own (backend/cuda/reduce_contiguous.cuh): rows and columns,
+  // with 16-byte loads (widths that divide) and without, in one pass and in parts.
+  check_reductions({5, 100000}, {false, true});
+  check_reductions({4, 100001}, {false, true});
+  check_reductions({(1 << 20) + 3}, {true});
+  check_reductions({20000, 64}, {true, false});
+  check_reductions({1000, 37}, {true, false});
+  check_reductions({64, 2, 96}, {true, true, false});
+  check_reduce_widening({300, 4096}, {false, true});
+  check_reduce_widening({4096, 64}, {true, false});
+  {  // an input one element past an aligned start: 16-byte loads would fault, so none are used
+    const auto in = random_vector<float>(4 * 4096 + 1);
+    const auto d_in = upload(in);
+    std::vector<double> want(4, 0.0), column_want(4096, 0.0), row_tol(4, 1e-30), column_tol(4096, 1e-30);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 4096; ++j) {
+        const double x = in[1 + i * 4096 + j];
+        want[i] += x, column_want[j] += x;
+        row_tol[i] += 1e-5 * std::abs(x), column_tol[j] += 1e-5 * std::abs(x);  // 1e-5 of the magnitudes
+      }
+    const auto rows = upload(std::vector<float>(4, 0.0f)), columns = upload(std::vector<float>(4096, 0.0f));
+    gpu::reduce_dims(d_in.data() + 1, Shape{4, 4096}, {false, true}, rows.data(), Sum<float>{});
+    gpu::reduce_dims(d_in.data() + 1, Shape{4, 4096}, {true, false}, columns.data(), Sum<float>{});
+    expect_same("reduce_dims rows from an unaligned start", difference(download(rows), want, row_tol));
+    expect_same("reduce_dims columns from an unaligned start", difference(download(columns), column_want, column_tol));
+  }
   check_reductions({3, 4, 5, 6}, {true, false, true, false});
   check_reductions({5, 1, 7}, {false, true, true});
   check_reductions({}, {});

@@ -14,6 +14,7 @@
 #include <dax/backend/cuda/device.cuh>
 #include <dax/backend/cuda/layout.cuh>
 #include <dax/backend/cuda/memory.cuh>
+#include <dax/backend/cuda/reduce_contiguous.cuh>
 #include <dax/core/error.hpp>
 #include <dax/core/shape.hpp>
 
@@ -166,6 +167,75 @@ void reduce_layout(const In* in, const ReduceLayout& layout, bool innermost_redu
   reduce_layout(static_cast<const Acc*>(partial), second, outputs == 1, out, op);
 }
 
+/// A (rows, length) row-major piece folded along its rows: out[j] = op(out[j], fold of row j).
+/// Rows of 64 elements or fewer get a thread each. Longer rows get a block each, and few long rows
+/// (a sum of everything is one row) are cut into parts so that about 2048 blocks are busy, each
+/// with at least 8192 elements; a second pass folds each row's parts in order.
+template <class In, class Acc, class Op>
+void reduce_rows(const In* in, int64_t rows, int64_t length, Acc* out, const Op& op) {
+  const cudaStream_t stream = context().stream();
+  if (length <= 64) {
+    reduce_short_rows_kernel<<<grid_blocks(rows), block_threads, 0, stream>>>(in, rows, length, out, op);
+    check_launch("reduce_short_rows_kernel");
+    return;
+  }
+  constexpr int V = pack_width<In>;
+  const bool wide = V > 1 && length % V == 0 && aligned_for<In, V>(in);
+  const int64_t step = wide ? V : 1;
+  const int64_t parts_wanted = std::max<int64_t>(1, std::min(ceil_div(length, 8192), ceil_div(2048, rows)));
+  const int64_t chunk = ceil_div(ceil_div(length, parts_wanted), step) * step;
+  const int64_t parts = ceil_div(length, chunk);
+  const auto launch = [&](auto accumulate, Acc* target) {
+    constexpr bool A = decltype(accumulate)::value;
+    const dim3 grid = grid_blocks(rows * parts, 1);
+    if (wide)
+      reduce_rows_kernel<A, V><<<grid, block_threads, 0, stream>>>(in, rows, length, chunk, parts, target, op);
+    else
+      reduce_rows_kernel<A, 1><<<grid, block_threads, 0, stream>>>(in, rows, length, chunk, parts, target, op);
+    check_launch("reduce_rows_kernel");
+  };
+  if (parts == 1) {
+    launch(std::true_type{}, out);
+    return;
+  }
+  // Safe to hand back right after queuing its reader: later users queue on the same stream.
+  const auto scratch = allocate(static_cast<size_t>(rows * parts) * sizeof(Acc));
+  Acc* partial = static_cast<Acc*>(scratch->data());
+  launch(std::false_type{}, partial);
+  reduce_rows(static_cast<const Acc*>(partial), rows, parts, out, op);
+}
+
+/// A (length, width) row-major piece folded along its columns: out[c] = op(out[c], fold of column
+/// c). A thread per V neighbouring columns; long columns are cut into parts so that about 128k
+/// threads are busy, each with at least 64 rows, and a second pass folds the parts in order.
+template <class In, class Acc, class Op>
+void reduce_columns(const In* in, int64_t length, int64_t width, Acc* out, const Op& op) {
+  const cudaStream_t stream = context().stream();
+  constexpr int V = pack_width<In>;
+  const bool wide = V > 1 && width % V == 0 && aligned_for<In, V>(in);
+  const int64_t groups = wide ? width / V : width;
+  const int64_t parts_wanted = std::max<int64_t>(1, std::min(ceil_div(length, 64), ceil_div(131072, groups)));
+  const int64_t chunk = ceil_div(length, parts_wanted);
+  const int64_t parts = ceil_div(length, chunk);
+  const auto launch = [&](auto accumulate, Acc* target) {
+    constexpr bool A = decltype(accumulate)::value;
+    const dim3 grid = grid_blocks(groups * parts);
+    if (wide)
+      reduce_columns_kernel<A, V><<<grid, block_threads, 0, stream>>>(in, length, width, chunk, parts, target, op);
+    else
+      reduce_columns_kernel<A, 1><<<grid, block_threads, 0, stream>>>(in, length, width, chunk, parts, target, op);
+    check_launch("reduce_columns_kernel");
+  };
+  if (parts == 1) {
+    launch(std::true_type{}, out);
+    return;
+  }
+  const auto scratch = allocate(static_cast<size_t>(parts * width) * sizeof(Acc));
+  Acc* partial = static_cast<Acc*>(scratch->data());
+  launch(std::false_type{}, partial);
+  reduce_columns(static_cast<const Acc*>(partial), parts, width, out, op);
+}
+
 /// out[j] = op(out[j], Acc(in[i])) for every element i of a piece of shape `shape`, j its index with
 /// the dimensions flagged in `reduced` dropped. `out` must hold the identity of op. `op` is copied
 /// to the GPU: a trivially copyable functor with a DAX_HOST_DEVICE `Acc operator()(Acc, Acc)`,
@@ -190,6 +260,12 @@ void reduce_dims(const In* in, const Shape& shape, const std::vector<bool>& redu
       flag.push_back(reduced[d]);
     }
   }
+  // The common layouts get kernels of their own: everything or the trailing dimensions folded
+  // (rows), the leading dimensions folded with at least a warp's width of columns kept (columns).
+  if (flag.size() == 1 && flag[0]) return reduce_rows(in, 1, extent[0], out, Fn(op));
+  if (flag.size() == 2 && !flag[0] && flag[1]) return reduce_rows(in, extent[0], extent[1], out, Fn(op));
+  if (flag.size() == 2 && flag[0] && !flag[1] && extent[1] >= 32)
+    return reduce_columns(in, extent[0], extent[1], out, Fn(op));
   const std::vector<int64_t> stride = row_major_strides(extent);
   Dims<1> kept, folded;
   for (size_t d = 0; d < extent.size(); ++d) {
