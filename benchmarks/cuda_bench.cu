@@ -181,16 +181,18 @@ int warm_up(const std::vector<Op>& ops, int warmup, double target_ms) {
   return static_cast<int>(std::clamp(std::ceil(target_ms / std::max(static_cast<double>(ms), 1e-4)), 1.0, 1000.0));
 }
 
-/// ms per call of each op, median over `samples` rounds; in each round every op gets one sample of
-/// `reps` back-to-back calls between two events on the stream. Nothing waits inside the loop, so
-/// the host runs ahead and the events see GPU time.
-std::vector<double> time_by_turns(const std::vector<Op>& ops, int reps, int samples) {
+/// ms per call of each op in each of `samples` rounds; in each round every op gets one sample of
+/// `reps` back-to-back calls between two events on the stream, the ops in turn, their order
+/// reversed every other round (so neither side always runs right after the other). Nothing waits
+/// inside the loop, so the host runs ahead and the events see GPU time.
+std::vector<std::vector<double>> samples_by_turns(const std::vector<Op>& ops, int reps, int samples) {
   const cudaStream_t s = cu::context().stream();
   const size_t k = ops.size();
   std::vector<cudaEvent_t> events(2 * k * samples, nullptr);
   for (cudaEvent_t& e : events) DAX_CUDA_CHECK(cudaEventCreate(&e));
   for (int i = 0; i < samples; ++i)
-    for (size_t j = 0; j < k; ++j) {
+    for (size_t turn = 0; turn < k; ++turn) {
+      const size_t j = i % 2 == 0 ? turn : k - 1 - turn;
       const size_t e = 2 * (i * k + j);
       DAX_CUDA_CHECK(cudaEventRecord(events[e], s));
       for (int r = 0; r < reps; ++r) ops[j]();
@@ -206,9 +208,22 @@ std::vector<double> time_by_turns(const std::vector<Op>& ops, int reps, int samp
       ms[j].push_back(static_cast<double>(t) / reps);
     }
   for (cudaEvent_t e : events) DAX_CUDA_CHECK(cudaEventDestroy(e));
+  return ms;
+}
+
+/// ms per call of each op, the median of samples_by_turns.
+std::vector<double> time_by_turns(const std::vector<Op>& ops, int reps, int samples) {
   std::vector<double> out;
-  for (auto& v : ms) out.push_back(median(std::move(v)));
+  for (auto& v : samples_by_turns(ops, reps, samples)) out.push_back(median(std::move(v)));
   return out;
+}
+
+/// The median over rounds of b's time over a's in the same round: a drifting clock or a busy
+/// neighbour moves both sides of a round alike, so the pairs cancel what the medians alone keep.
+double paired_ratio(const std::vector<std::vector<double>>& ms, size_t a, size_t b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < ms[a].size(); ++i) r.push_back(ms[b][i] / ms[a][i]);
+  return median(std::move(r));
 }
 
 /// Host wall-clock ms of `op` with the stream synchronized before and after, median over samples
@@ -342,14 +357,15 @@ void gemm_rows(const dax::NamedSharding& rep, dax::MatmulPrecision precision, co
     raw();
     const double diff = relative_difference(c.local_data().data(), raw_c, m * n);
     const int reps = warm_up({ours, raw}, o.warmup, 2.0);
-    std::vector<double> ms;
+    std::vector<std::vector<double>> samples;
     {
       SteadyState steady(r, std::string("gemm ") + gemm_label<T>(precision) + " " + s);
-      ms = time_by_turns({ours, raw}, reps, o.samples);
+      samples = samples_by_turns({ours, raw}, reps, o.samples);
     }
+    const std::vector<double> ms{median(samples[0]), median(samples[1])};
     const double flops = 2.0 * m * n * k;
     const double dax_tf = flops / (ms[0] * 1e-3) / 1e12, raw_tf = flops / (ms[1] * 1e-3) / 1e12;
-    const double ratio = dax_tf / raw_tf;
+    const double ratio = paired_ratio(samples, 0, 1);  // raw time / dax time, round by round
     const bool same = diff <= 1e-2;
     r.line("%-9s %6lld %6lld %6lld %10.4f %10.4f %10.2f %10.2f %8.3f %10.2e  %s\n", gemm_label<T>(precision),
            static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), ms[0], ms[1], dax_tf,
@@ -371,7 +387,7 @@ void bench_gemm(const dax::Mesh& mesh, const Options& o, Report& r) {
   r.line("#\n# a. GEMM C(m,n) = A(m,k) B(k,n): dax::matmul on a 1-device mesh, P() (no communication) vs\n"
          "#    cublasGemmEx, same handle and settings, own buffers; bf16 accumulates in f32 on both sides;\n"
          "#    squares, then 8192 tokens through a 1024 -> 4096 -> 1024 MLP (up, down, a weight gradient);\n"
-         "#    median of %d samples (cudaEvent)\n"
+         "#    median of %d rounds (cudaEvent), dax/raw the median of each round's raw time over dax's\n"
          "# dtype        m      n      k    dax(ms)    raw(ms)  dax(TF/s)  raw(TF/s)  dax/raw  max|diff|  target %.2f\n",
          o.samples, gemm_target);
   std::string rows;

@@ -15,7 +15,16 @@
 #                                      results file (docs/gpu.md), with the test counts read from
 #                                      OUTDIR/test-summary.txt or $DAX_GPU_TEST_SUMMARY, else from a
 #                                      run of the test phase first.
-#   scripts/gpu-check.sh all OUTDIR    both, test first (no time limit of one call then).
+#   scripts/gpu-check.sh sanitize OUTDIR
+#                                      build the kernel tests if missing and run them under
+#                                      compute-sanitizer: memcheck (memory errors; the API errors
+#                                      that the out-of-memory test causes on purpose are not
+#                                      counted) and racecheck (shared-memory hazards). Where the
+#                                      machine refuses the tool (gVisor: "Device not supported"), the
+#                                      summary says "not runnable on this machine" and the phase
+#                                      passes. Writes OUTDIR/sanitize-summary.txt and
+#                                      OUTDIR/sanitize-logs.tar.gz.
+#   scripts/gpu-check.sh all OUTDIR    all three, test first (no time limit of one call then).
 #
 # Without a GPU (nvidia-smi -L lists none and /dev/nvidia0 does not exist) a phase says so on its
 # first line, writes that into its summary and exits 0, so CI runs this script itself
@@ -34,12 +43,12 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: $0 test|bench|all OUTDIR" >&2
+  echo "usage: $0 test|bench|sanitize|all OUTDIR" >&2
   exit 2
 }
 [ $# -eq 2 ] || usage
 PHASE=$1
-case $PHASE in test | bench | all) ;; *) usage ;; esac
+case $PHASE in test | bench | sanitize | all) ;; *) usage ;; esac
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$2" || exit 2
 OUT=$(cd "$2" && pwd)
@@ -51,7 +60,9 @@ if [ "$PHASE" = all ]; then
   t=$?
   "$0" bench "$OUT"
   b=$?
-  [ $t -eq 0 ] && [ $b -eq 0 ]
+  "$0" sanitize "$OUT"
+  z=$?
+  [ $t -eq 0 ] && [ $b -eq 0 ] && [ $z -eq 0 ]
   exit
 fi
 SUMMARY=$OUT/$PHASE-summary.txt
@@ -263,6 +274,43 @@ if [ "$PHASE" = test ]; then
   fi
   pack
   echo "gpu-check test: summary in $SUMMARY"
+  cat "$SUMMARY"
+  exit $failed
+fi
+
+# ---- sanitize ----
+if [ "$PHASE" = sanitize ]; then
+  programs=(dax_cuda_kernels_test dax_cuda_smoke)
+  configure_and_build "${programs[@]}"
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ $BUILT -ne 0 ]; then
+    note sanitize FAIL 0 "not run: the build failed"
+  elif [ ! -x "$sanitizer" ]; then
+    note sanitize SKIP 0 "not runnable on this machine: compute-sanitizer is not installed"
+  else
+    for program in "${programs[@]}"; do
+      exe=$(find "$BUILD" -type f -name "$program" -perm -u+x -print -quit)
+      for tool in memcheck racecheck; do
+        args=(--tool "$tool")
+        [ "$tool" = memcheck ] && args+=(--report-api-errors no)
+        step "$tool.$program" "$(($(left) - 10))" "$sanitizer" "${args[@]}" "$exe"
+        log=$WORK/$tool.$program.log
+        if grep -q "Device not supported\|not supported on this\|Failed to initialize" "$log"; then
+          note "$tool" SKIP $SECS "$program: not runnable on this machine ($(grep -m 1 -o 'Device not supported.*\|Failed to initialize.*' "$log" | cut -c1-80))"
+        elif [ $RC -eq 124 ] || [ $RC -eq 137 ]; then
+          note "$tool" FAIL $SECS "$program: stopped at the phase's time limit"
+        elif grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)" "$log" &&
+          [ $RC -eq 0 ]; then
+          note "$tool" PASS $SECS "$program: $(grep -m 1 -oE '(ERROR|RACECHECK) SUMMARY: .*' "$log")"
+        else
+          note "$tool" FAIL $SECS "$program: exit $RC, $(grep -m 1 -oE '(ERROR|RACECHECK) SUMMARY: .*' "$log" || echo 'no summary')"
+        fi
+      done
+    done
+  fi
+  write_summary
+  pack
+  echo "gpu-check sanitize: summary in $SUMMARY"
   cat "$SUMMARY"
   exit $failed
 fi

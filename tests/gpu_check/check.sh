@@ -73,7 +73,7 @@ elif [ "${1:-}" = no_gpu ]; then
   # On a machine that has a GPU, act as one without (the path CI takes).
   if [ -e /dev/nvidia0 ] || nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then export DAX_GPU_VISIBLE=0; fi
   export DAX_GPU_BUILD=$TMP/build
-  for phase in test bench; do
+  for phase in test bench sanitize; do
     out=$("$ROOT/scripts/gpu-check.sh" "$phase" "$TMP/$phase" 2>&1)
     rc=$?
     first=$(head -n 1 <<<"$out")

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -46,10 +47,14 @@ auto remat(F f) {
     bool traced = false;
     for (uint64_t id : ids) traced = traced || id != 0;
     if (!traced || !detail::is_floating_v<typename Out::value_type>) return f(args...);
-    Out out = [&] {
+    // A block, not a lambda: nvcc 13 loses a captured parameter pack inside a nested lambda
+    // ("too few arguments in function call").
+    std::optional<Out> computed;
+    {
       detail::NoTrace unrecorded;  // nothing f computes is kept for the backward
-      return f(args...);
-    }();
+      computed.emplace(f(args...));
+    }
+    Out out = std::move(*computed);
     // What the backward needs: the inputs (the primals jax.checkpoint saves), held by the pullback.
     auto saved = std::make_shared<const std::tuple<std::remove_cvref_t<decltype(args)>...>>(args...);
     auto pullback = [f, saved, ids](const detail::AnyArray& g) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <dax/backend/buffer.hpp>
+#include <dax/backend/cuda/box_copy.cuh>
 #include <dax/backend/cuda/device.cuh>
 #include <dax/backend/cuda/memory.cuh>
 #include <dax/comm/communicator.hpp>
@@ -33,13 +34,14 @@ inline bool mpi_is_cuda_aware() {
 #endif
 }
 
-/// The inner MPI exchange over host copies of the two pieces, and the pieces' sizes.
+/// The inner MPI exchange over host copies of the two pieces, the pieces' sizes, and the regions
+/// each member sends and receives (only those cross between the GPU and the host).
 class StagedRegionExchange final : public PreparedExchange {
  public:
-  StagedRegionExchange(std::unique_ptr<PreparedExchange> inner, int64_t send_bytes, int64_t recv_bytes)
-      : inner(std::move(inner)), send_bytes(send_bytes), recv_bytes(recv_bytes) {}
   std::unique_ptr<PreparedExchange> inner;
-  int64_t send_bytes, recv_bytes;
+  int64_t send_bytes = 0, recv_bytes = 0, item_bytes = 0;
+  Box send_block, recv_block;
+  std::vector<Box> send, recv;
 };
 
 class StagedMpiCommunicator final : public Communicator {
@@ -74,16 +76,17 @@ class StagedMpiCommunicator final : public Communicator {
     const int64_t item = itemsize(type);
     const int me = rank();
     char* recv_h = reserve(recv_stage_, extent(counts, displs) * item);
-    char* send_h = send != nullptr ? reserve(send_stage_, counts[me] * item) : nullptr;
-    if (send != nullptr)
-      to_host(send_h, send, counts[me] * item);
-    else  // in place: MPI_IN_PLACE finds the caller's part where it would receive it
-      to_host(recv_h + displs[me] * item, static_cast<const char*>(recv) + displs[me] * item, counts[me] * item);
+    // MPI runs in place: the caller's part goes to its slot of the host block, where the others
+    // read it, and reaches the device's result by a copy on the device (when not already there);
+    // only the other members' parts come back from the host.
+    char* const mine = static_cast<char*>(recv) + displs[me] * item;
+    to_host(recv_h + displs[me] * item, send != nullptr ? send : mine, counts[me] * item);
+    if (send != nullptr) copy_on_device(mine, send, counts[me] * item);
     wait_for_device();
-    inner_->all_gatherv(send_h, recv_h, counts, displs, type);
+    inner_->all_gatherv(nullptr, recv_h, counts, displs, type);
     std::vector<Run> parts;
     for (int j = 0; j < size(); ++j)
-      if (send != nullptr || j != me) parts.push_back({displs[j] * item, counts[j] * item});
+      if (j != me) parts.push_back({displs[j] * item, counts[j] * item});
     to_device(recv, recv_h, std::move(parts));
   }
 
@@ -98,15 +101,23 @@ class StagedMpiCommunicator final : public Communicator {
       return;
     }
     const int64_t item = itemsize(type);
-    const int64_t send_bytes = extent(send_counts, send_displs) * item;
-    char* send_h = reserve(send_stage_, send_bytes);
-    char* recv_h = reserve(recv_stage_, extent(recv_counts, recv_displs) * item);
-    to_host(send_h, send, send_bytes);
+    const int me = rank();
+    // The block a member sends itself is copied on the device; MPI moves the others' blocks only.
+    copy_on_device(static_cast<char*>(recv) + recv_displs[me] * item,
+                   static_cast<const char*>(send) + send_displs[me] * item, send_counts[me] * item);
+    std::vector<int64_t> sc = send_counts, rc = recv_counts;
+    sc[me] = rc[me] = 0;
+    char* send_h = reserve(send_stage_, extent(sc, send_displs) * item);
+    char* recv_h = reserve(recv_stage_, extent(rc, recv_displs) * item);
+    std::vector<Run> out, in;
+    for (int j = 0; j < size(); ++j) {
+      out.push_back({send_displs[j] * item, sc[j] * item});
+      in.push_back({recv_displs[j] * item, rc[j] * item});
+    }
+    copy_runs(send_h, static_cast<const char*>(send), std::move(out), cudaMemcpyDeviceToHost);
     wait_for_device();
-    inner_->all_to_allv(send_h, send_counts, send_displs, recv_h, recv_counts, recv_displs, type);
-    std::vector<Run> parts;
-    for (int j = 0; j < size(); ++j) parts.push_back({recv_displs[j] * item, recv_counts[j] * item});
-    to_device(recv, recv_h, std::move(parts));
+    inner_->all_to_allv(send_h, sc, send_displs, recv_h, rc, recv_displs, type);
+    to_device(recv, recv_h, std::move(in));
   }
 
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
@@ -182,12 +193,21 @@ class StagedMpiCommunicator final : public Communicator {
   std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                      const Box& recv_block, const std::vector<Box>& recv,
                                                      int64_t item_bytes) override {
-    return std::make_unique<StagedRegionExchange>(inner_->prepare_exchange(send_block, send, recv_block, recv, item_bytes),
-                                                  numel(send_block) * item_bytes, numel(recv_block) * item_bytes);
+    auto x = std::make_unique<StagedRegionExchange>();
+    x->inner = inner_->prepare_exchange(send_block, send, recv_block, recv, item_bytes);
+    x->send_bytes = numel(box_shape(send_block)) * item_bytes;
+    x->recv_bytes = numel(box_shape(recv_block)) * item_bytes;
+    x->item_bytes = item_bytes;
+    x->send_block = send_block;
+    x->recv_block = recv_block;
+    x->send = send;
+    x->recv = recv;
+    return x;
   }
 
-  /// Staged: the whole send piece goes to the host, and the whole receive piece too, so that the
-  /// parts MPI does not write (the caller's own, any gaps) come back unchanged.
+  /// Staged: the regions sent to the other members go to the host block at their own places, MPI
+  /// moves them between the host blocks, and the regions received come back to the device; the
+  /// rest of the receive piece (the caller's own entries, gaps) is never touched.
   void exchange(const PreparedExchange& prepared, const void* send, void* recv) override {
     const auto* x = dynamic_cast<const StagedRegionExchange*>(&prepared);
     DAX_CHECK(x != nullptr, "exchange: the prepared exchange was made by another kind of communicator");
@@ -198,11 +218,13 @@ class StagedMpiCommunicator final : public Communicator {
     }
     char* send_h = reserve(send_stage_, x->send_bytes);
     char* recv_h = reserve(recv_stage_, x->recv_bytes);
-    to_host(send_h, send, x->send_bytes);
-    to_host(recv_h, recv, x->recv_bytes);
+    const int me = rank();
+    for (int j = 0; j < static_cast<int>(x->send.size()); ++j)
+      if (j != me) copy_box(send_h, send, x->send_block, x->send[j], x->item_bytes, cudaMemcpyDeviceToHost);
     wait_for_device();
     inner_->exchange(*x->inner, send_h, recv_h);
-    to_device(recv, recv_h, {{0, x->recv_bytes}});
+    for (int j = 0; j < static_cast<int>(x->recv.size()); ++j)
+      if (j != me) copy_box(recv, recv_h, x->recv_block, x->recv[j], x->item_bytes, cudaMemcpyHostToDevice);
   }
 
   std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) override {
@@ -236,15 +258,26 @@ class StagedMpiCommunicator final : public Communicator {
       DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream()));
   }
 
+  static void copy_on_device(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0 && dst != src)
+      DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream()));
+  }
+
   /// Copies the runs MPI wrote back to the device, touching runs merged into one copy; bytes
   /// between them (the caller's own part, gaps) are left alone.
   static void to_device(void* dst, const char* src, std::vector<Run> runs) {
+    copy_runs(static_cast<char*>(dst), src, std::move(runs), cudaMemcpyHostToDevice);
+  }
+
+  /// Copies the byte runs [offset, offset + bytes) from src to dst at the same offsets, touching
+  /// runs merged into one copy.
+  static void copy_runs(char* dst, const char* src, std::vector<Run> runs, cudaMemcpyKind kind) {
     std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.offset < b.offset; });
     Run current{0, 0};
     auto flush = [&] {
       if (current.bytes > 0)
-        DAX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + current.offset, src + current.offset,
-                                       static_cast<size_t>(current.bytes), cudaMemcpyHostToDevice, stream()));
+        DAX_CUDA_CHECK(cudaMemcpyAsync(dst + current.offset, src + current.offset, static_cast<size_t>(current.bytes),
+                                       kind, stream()));
     };
     for (const Run& r : runs) {
       if (r.bytes <= 0) continue;
