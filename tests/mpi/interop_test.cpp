@@ -495,3 +495,37 @@ TEST_CASE("malformed safetensors and .npz files: one message on every rank namin
     CHECK(e.find("(the .npy data starts at byte 35 of the file)") != std::string::npos);
   }
 }
+
+#ifdef DAX_TEST_GOLDEN
+TEST_CASE("a safetensors file written by the safetensors package from PyTorch loads bit-exact", "[io][interop]") {
+  // tests/io/golden/make_torch_safetensors.py wrote it (safetensors 0.8.0, torch 2.11); every value
+  // follows from its index, recomputed here.
+  const std::string file = std::string(DAX_TEST_GOLDEN) + "/torch_written.safetensors";
+  // In the file's order: the package sorts its entries by alignment, then name.
+  CHECK(dax::file_entries(file) == std::vector<dax::StoredEntry>{{"ids", "I64", dax::DType::int64, {7}},
+                                                                   {"w64", "F64", dax::DType::float64, {2, 3}},
+                                                                   {"embed", "F32", dax::DType::float32, {3, 5}},
+                                                                   {"bf", "BF16", dax::DType::bfloat16, {2, 3}},
+                                                                   {"h", "F16", dax::DType::float16, {2, 2}},
+                                                                   {"mask", "BOOL", dax::DType::boolean, {5}}});
+  const auto values = [](int64_t n, auto f) {
+    std::vector<decltype(f(int64_t{0}))> v;
+    for (int64_t i = 0; i < n; ++i) v.push_back(f(i));
+    return v;
+  };
+  loads_everywhere<float>({3, 5}, values(15, [](int64_t i) { return static_cast<float>(i) / 4; }),
+                          [&](auto& s) { return dax::load<float>(file, "embed", s); });
+  // torch computes i * 0.1 - 0.25 in double: the same expression here gives the same bits.
+  loads_everywhere<double>({2, 3}, values(6, [](int64_t i) { return static_cast<double>(i) * 0.1 - 0.25; }),
+                           [&](auto& s) { return dax::load<double>(file, "w64", s); });
+  loads_everywhere<int64_t>({7}, values(7, [](int64_t i) { return i - 3; }),
+                            [&](auto& s) { return dax::load<int64_t>(file, "ids", s); });
+  loads_everywhere<dax::half>({2, 2}, values(4, [](int64_t i) { return dax::half(static_cast<float>(i) / 8); }),
+                              [&](auto& s) { return dax::load<dax::half>(file, "h", s); });
+  loads_everywhere<dax::bfloat16>({2, 3},
+                                  values(6, [](int64_t i) { return dax::bfloat16(static_cast<float>(i) * 0.5f - 1); }),
+                                  [&](auto& s) { return dax::load<dax::bfloat16>(file, "bf", s); });
+  loads_everywhere<bool>({5}, values(5, [](int64_t i) { return i % 2 == 1; }),
+                         [&](auto& s) { return dax::load<bool>(file, "mask", s); });
+}
+#endif
