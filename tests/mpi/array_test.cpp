@@ -51,6 +51,13 @@ TEST_CASE("the local piece as Eigen maps", "[array]") {
   std::mt19937 rng(2);
   const auto host = dax::test::random_values<double>(6 * n * 5, rng);
   const auto x = dax::device_put(host, {6 * n, 5}, NamedSharding(mesh, P("x")));
+  if (dax::Runtime::current().backend() == dax::Backend::cuda) {  // the piece is in GPU memory
+    CHECK(dax::test::error_of([&] { (void)x.local_matrix(); }) ==
+          "local_matrix: the local piece is in GPU memory on the CUDA backend, which an Eigen map on the host cannot "
+          "read; copy it to the host with local_to_host(), or pass local_data() to device code");
+    CHECK(dax::test::error_of([&] { (void)x.local_vector(); }).rfind("local_vector: the local piece is in GPU memory", 0) == 0);
+    return;
+  }
   const auto m = x.local_matrix();
   REQUIRE(m.rows() == 6);
   REQUIRE(m.cols() == 5);

@@ -64,7 +64,7 @@ std::vector<T> random_bits(int64_t n, uint64_t seed) {
   for (size_t i = 0; i < v.size(); ++i) {
     const uint64_t r = rng();
     if constexpr (std::is_same_v<T, bool>) v[i] = r & 1;
-    else std::memcpy(&v[i], &r, sizeof(T));
+    else std::memcpy(static_cast<void*>(&v[i]), &r, sizeof(T));  // the raw bits of Eigen's 16-bit types too
   }
   return v;
 }

@@ -39,7 +39,14 @@ std::vector<T> matmul_reference(const std::vector<T>& a, const std::vector<T>& b
   return c;
 }
 
-int64_t allocator_requests() { return dax::detail::cpu::host_allocator()->stats().requests; }
+/// Requests to the caching allocator of the backend that runs.
+int64_t allocator_requests() {
+#if DAX_CUDA_BACKEND
+  if (dax::Runtime::current().backend() == dax::Backend::cuda)
+    return dax::detail::cuda::device_allocator()->stats().requests;
+#endif
+  return dax::detail::cpu::host_allocator()->stats().requests;
+}
 
 }  // namespace
 

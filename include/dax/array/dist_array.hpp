@@ -102,8 +102,9 @@ class DistArray {
 
   /// Whether this rank holds a piece (it is a device of the array's mesh).
   bool is_addressable() const { return static_cast<bool>(local_); }
-  /// This rank's piece: one [start, stop) per dimension. local_data(), local_matrix() and
-  /// local_vector() view the piece in place: host memory on CPU, device memory on CUDA.
+  /// This rank's piece: one [start, stop) per dimension. local_data() views the piece in place:
+  /// host memory on CPU, device memory on CUDA. local_matrix() and local_vector() map it for Eigen
+  /// on the host, so they work on the CPU backend and are refused (a dax::Error) on CUDA.
   const Box& local_index() const { return local_index_; }
   Shape local_shape() const { return box_shape(local_index_); }
   int64_t local_size() const { return numel(local_index_); }
@@ -118,6 +119,7 @@ class DistArray {
   /// The local piece as a row-major matrix: (product of the leading dims, last dim); a 1-d piece
   /// is one row, a scalar 1x1.
   Eigen::Map<const RowMajorMatrix> local_matrix() const {
+    require_host_piece("local_matrix");
     const Shape s = local_shape();
     const int64_t cols = s.empty() ? 1 : s.back();
     const int64_t rows = s.empty() ? 1 : numel(Shape(s.begin(), s.end() - 1));
@@ -125,6 +127,7 @@ class DistArray {
   }
   /// The local piece as a flat vector.
   Eigen::Map<const Vector> local_vector() const {
+    require_host_piece("local_vector");
     return {local_data().data(), static_cast<Eigen::Index>(local_data().size())};
   }
 
@@ -158,6 +161,14 @@ class DistArray {
   void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
+  /// An Eigen map reads the piece from the host: on the CUDA backend the piece is in GPU memory,
+  /// where such a read would crash, so it is refused with the call that works there.
+  void require_host_piece(const char* what) const {
+    DAX_CHECK(detail::active_backend() != Backend::cuda, what,
+              ": the local piece is in GPU memory on the CUDA backend, which an Eigen map on the host cannot "
+              "read; copy it to the host with local_to_host(), or pass local_data() to device code");
+  }
+
   std::shared_ptr<detail::Buffer> materialize() const {
     Shape stored = local_shape();
     std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
