@@ -419,6 +419,50 @@ TEST_CASE("vocab-parallel cross_entropy: three all-reduces of one value per toke
   }
 }
 
+TEST_CASE("layer_norm and rms_norm backward: a partial-sum gradient is reduced once, up front", "[nn][comm]") {
+  // The input gradient of a Megatron column-parallel layer arrives as partial sums over 'model';
+  // the norms' backward needs its true values, so it is all-reduced once, and the row means need
+  // no collectives of their own (before: two more all-reduces of one value per row).
+  const int n = dax::test::world_size();
+  if (n < 2) return;
+  const Mesh mesh({n}, {"model"});
+  const NamedSharding replicated(mesh, P()), partial(mesh, P().with_unreduced("model"));
+  std::mt19937 rng(17);
+  const int64_t rows = 6, d = 10;
+  const auto x = dax::device_put(uniform(rows * d, rng), {rows, d}, replicated);
+  const auto gamma = dax::device_put(uniform(d, rng, 0.5, 1.5), {d}, replicated);
+  const auto beta = dax::device_put(uniform(d, rng), {d}, replicated);
+  const auto g = dax::device_put(uniform(rows * d, rng), {rows, d}, replicated);
+  const auto g_partial = dax::reshard(g, partial);  // the same values, held as partial sums
+  const int64_t all_reduce = 2 * (n - 1) * rows * d * int64_t(sizeof(double)) / n;
+  SECTION("layer_norm") {
+    auto [y, pullback] = dax::vjp(
+        [](const DistArray<double>& a, const DistArray<double>& s, const DistArray<double>& b) {
+          return dax::layer_norm(a, s, b);
+        },
+        x, gamma, beta);
+    const auto [dx_want, dg_want, db_want] = pullback(g);
+    dax::comm_stats().reset();
+    const auto [dx, dg, db] = pullback(g_partial);
+    CHECK(dax::comm_stats().total_calls() == 1);
+    CHECK(dax::comm_stats().of("all_reduce").bytes == all_reduce);
+    CHECK(host(dx) == host(dx_want));
+    CHECK(host(dg) == host(dg_want));
+    CHECK(host(db) == host(db_want));
+  }
+  SECTION("rms_norm") {
+    auto [y, pullback] = dax::vjp(
+        [](const DistArray<double>& a, const DistArray<double>& s) { return dax::rms_norm(a, s); }, x, gamma);
+    const auto [dx_want, dg_want] = pullback(g);
+    dax::comm_stats().reset();
+    const auto [dx, dg] = pullback(g_partial);
+    CHECK(dax::comm_stats().total_calls() == 1);
+    CHECK(dax::comm_stats().of("all_reduce").bytes == all_reduce);
+    CHECK(host(dx) == host(dx_want));
+    CHECK(host(dg) == host(dg_want));
+  }
+}
+
 TEST_CASE("custom_vjp: the forward is untraced, the given backward is the gradient", "[nn][autodiff]") {
   const Mesh line({dax::test::world_size()}, {"x"});
   std::mt19937 rng(1);

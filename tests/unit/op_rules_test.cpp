@@ -63,7 +63,10 @@ TEST_CASE("matmul rule: cheapest legal candidate, right result, every pair of sp
       for (const NamedSharding& sa : specs) {
         for (const NamedSharding& sb : specs) {
           const auto rule = dax::detail::matmul_rule(as, sa, bs, sb, std::nullopt, false, false);
-          for (const auto& c : rule.candidates) REQUIRE(rule.best().time <= c.time);
+          for (const auto& c : rule.candidates) {
+            REQUIRE(rule.best().time <= c.time);
+            if (c.time == rule.best().time) REQUIRE(rule.best().collectives <= c.collectives);
+          }
           REQUIRE_FALSE(rule.target.is_unreduced());
           INFO(dax::detail::explain_matmul_rule(rule, as, bs, 8));
           REQUIRE(matmul_rule_is_right(rule, as, bs, a, b));
@@ -92,6 +95,27 @@ TEST_CASE("matmul rule: the textbook choices", "[ops][matmul]") {
   const auto a_small = dax::detail::matmul_rule({64, 32}, s(P("x")), {32, 128}, s(P("x")), std::nullopt, false, false);
   CHECK(a_small.best().roles == std::vector<int>{1});  // x -> N: A (smaller) is gathered
   CHECK(a_small.best().a_cost == 3 * 64 * 32 / 4);
+}
+
+TEST_CASE("matmul rule: an exact tie goes to fewer collectives (Megatron's row-parallel layer)", "[ops][matmul]") {
+  // (tokens, d) split ('data', 'model') @ W (d, d) split ('model', None), asked for (tokens, d)
+  // split ('data', None): the local product and one all-reduce of the result over 'model', or an
+  // all-to-all of A, an all-gather of W and one of the result. Both receive 2(m-1)/m of the result
+  // and compute the same FLOPs; the all-reduce is one collective, not three.
+  const Mesh mesh({2, 2}, {"data", "model"});
+  const NamedSharding a(mesh, P("data", "model")), w(mesh, P("model", dax::none)), out(mesh, P("data", dax::none));
+  const auto rule = dax::detail::matmul_rule({512, 128}, a, {128, 128}, w, out, false, false);
+  const auto& best = rule.best();
+  INFO(dax::detail::explain_matmul_rule(rule, {512, 128}, {128, 128}, 4));
+  CHECK(best.roles == std::vector<int>{0, 2});  // data -> M, model -> K
+  CHECK(best.a_cost == 0);
+  CHECK(best.b_cost == 0);
+  CHECK(best.out_cost == 2 * 1 * 256 * 128 / 2);  // one all-reduce of the device's (256, 128) rows
+  CHECK(best.collectives == 1);
+  int tied = 0;
+  for (const auto& c : rule.candidates)
+    if (c.time == best.time && c.collectives > best.collectives) ++tied;
+  CHECK(tied >= 1);  // the all-to-all + two all-gathers candidate: same time, three collectives
 }
 
 TEST_CASE("elementwise rule: the output follows the operand costliest to move", "[ops][elementwise]") {

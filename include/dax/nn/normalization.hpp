@@ -63,13 +63,17 @@ DistArray<T> layer_norm(const DistArray<T>& x, const DistArray<T>& gamma, const 
         const auto& [xhat, rstd, gamma] = saved;
         const Shape param{xhat.shape().back()};
         std::optional<DistArray<T>> dx, dgamma, dbeta;
+        // dx needs g's true values (a nonlinear kernel reads them): an unreduced g (a Megatron
+        // column-parallel layer's input gradient) is reduced once here, so the two row means below
+        // need no all-reduces of their own, and dgamma, dbeta are partial only over the row axes.
+        const DistArray<T> gr = need[0] ? nn_reduced(g) : g;
         if (need[0]) {
-          const DistArray<T> gg = g * gamma;
+          const DistArray<T> gg = gr * gamma;
           dx = map<T>(Linearity::none, nn_fn::LayerNormGradX{}, gg, mean(gg, {-1}, true), xhat,
                       mean(gg * xhat, {-1}, true), rstd);
         }
-        if (need[1]) dgamma = sum_to(g * xhat, param);  // partial sums over split rows stay unreduced
-        if (need[2]) dbeta = sum_to(g, param);
+        if (need[1]) dgamma = sum_to(gr * xhat, param);  // partial sums over split rows stay unreduced
+        if (need[2]) dbeta = sum_to(gr, param);
         return std::tuple{dx, dgamma, dbeta};
       });
   return f(x, gamma, beta);
@@ -95,9 +99,10 @@ DistArray<T> rms_norm(const DistArray<T>& x, const DistArray<T>& gamma, double e
         using namespace detail;
         const auto& [x, r, gamma] = saved;
         std::optional<DistArray<T>> dx, dgamma;
+        const DistArray<T> gr = need[0] ? nn_reduced(g) : g;  // reduced once first, as in layer_norm
         if (need[0])
-          dx = map<T>(Linearity::none, nn_fn::RmsNormGradX{}, g, gamma, x, r, mean(g * gamma * x, {-1}, true));
-        if (need[1]) dgamma = sum_to(map<T>(Linearity::scaling, nn_fn::Scale2{}, g, x, r), Shape{x.shape().back()});
+          dx = map<T>(Linearity::none, nn_fn::RmsNormGradX{}, gr, gamma, x, r, mean(gr * gamma * x, {-1}, true));
+        if (need[1]) dgamma = sum_to(map<T>(Linearity::scaling, nn_fn::Scale2{}, gr, x, r), Shape{x.shape().back()});
         return std::tuple{dx, dgamma};
       });
   return f(x, gamma);

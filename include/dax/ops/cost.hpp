@@ -88,5 +88,21 @@ inline int64_t reshard_cost(const Shape& shape, const NamedSharding& from, const
   return plan_reshard(shape, from, to).elements;
 }
 
+/// A move's cost with the number of collectives it runs (steps that communicate), which breaks
+/// exact ties in time: equal bytes in one all-reduce beat three smaller collectives.
+struct MoveCost {
+  int64_t elements = 0;
+  int collectives = 0;
+};
+
+inline MoveCost reshard_move_cost(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
+  if (from == to) return {};
+  const ReshardPlan plan = plan_reshard(shape, from, to);
+  MoveCost c{plan.elements, 0};
+  for (const auto& step : plan.steps)
+    if (step.kind != StepKind::local_slice && step.kind != StepKind::make_unreduced) ++c.collectives;
+  return c;
+}
+
 }  // namespace detail
 }  // namespace dax

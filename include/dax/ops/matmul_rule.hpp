@@ -4,8 +4,10 @@
 // estimated time (ops/cost.hpp): the bytes moved to bring A and B to the layouts it needs and its
 // result to the requested sharding (all-reduce, reduce-scatter or nothing) over the link's
 // bandwidth, plus the local product's FLOPs (2*M*N*K over the devices splitting batch, M, N or K:
-// a replicating axis repeats the work) over the device's rate. The fastest wins, exact ties going
-// to the earlier combination in a fixed order. Printable with explain_matmul.
+// a replicating axis repeats the work) over the device's rate. The fastest wins; an exact tie goes
+// to fewer collectives (one all-reduce of the result over an all-to-all, an all-gather of the
+// weight and one of the result, the same bytes), then to the earlier combination in a fixed
+// order. Printable with explain_matmul.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +30,7 @@ struct MatmulCandidate {
   int64_t a_cost = 0, b_cost = 0, out_cost = 0;  // elements received per device (max over devices)
   double flops = 0;                              // of the largest local product
   double time = 0;                               // estimated seconds: what the rule minimizes
+  int collectives = 0;                           // the moves' communicating steps (breaks ties)
   NamedSharding target;                          // where its result goes (the rule's target if chosen)
   int64_t total() const { return a_cost + b_cost + out_cost; }
 };
@@ -81,12 +84,12 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
   MatmulRule rule{out_shape, {}, 0, a, cost_model(), item_bytes};
   const int64_t m_size = a_shape[ra - 2], n_size = b_shape[rb - 1], k_size = a_shape[ra - 1];
   // Operand layouts repeat across candidates: each distinct move is planned once.
-  std::vector<std::pair<NamedSharding, int64_t>> a_moves, b_moves;
-  auto move_cost = [](std::vector<std::pair<NamedSharding, int64_t>>& seen, const Shape& shape,
+  std::vector<std::pair<NamedSharding, MoveCost>> a_moves, b_moves;
+  auto move_cost = [](std::vector<std::pair<NamedSharding, MoveCost>>& seen, const Shape& shape,
                       const NamedSharding& from, const NamedSharding& to) {
     for (const auto& [s, c] : seen)
       if (s == to) return c;
-    seen.emplace_back(to, reshard_cost(shape, from, to));
+    seen.emplace_back(to, reshard_move_cost(shape, from, to));
     return seen.back().second;
   };
   std::vector<int> roles(mesh.num_axes(), R);
@@ -126,9 +129,10 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       std::vector<int> unreduced = k_axes;
       std::sort(unreduced.begin(), unreduced.end());
       MatmulCandidate c{roles, make_sharding(mesh, ad, {}), make_sharding(mesh, bd, {}),
-                        make_sharding(mesh, od, unreduced), 0, 0, 0, 0, 0, a};
-      c.a_cost = move_cost(a_moves, a_shape, a, c.a);
-      c.b_cost = move_cost(b_moves, b_shape, b, c.b);
+                        make_sharding(mesh, od, unreduced), 0, 0, 0, 0, 0, 0, a};
+      const MoveCost a_move = move_cost(a_moves, a_shape, a, c.a), b_move = move_cost(b_moves, b_shape, b, c.b);
+      c.a_cost = a_move.elements;
+      c.b_cost = b_move.elements;
       c.target = requested ? *requested : make_sharding(mesh, od, {});
       if (requested && keep_unreduced) {  // partial sums stay, except over axes the request splits with
         std::vector<int> keep = requested->unreduced_axes();
@@ -140,7 +144,10 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       // Kept partial sums are still reduced later (by the consumer, or when the gradient reaches its
       // parameter): the choice counts that reduction, so a strategy that avoids it can win, while
       // the result itself moves only to c.target.
-      c.out_cost = reshard_cost(out_shape, c.out, requested && keep_unreduced ? *requested : c.target);
+      const MoveCost out_move =
+          reshard_move_cost(out_shape, c.out, requested && keep_unreduced ? *requested : c.target);
+      c.out_cost = out_move.elements;
+      c.collectives = a_move.collectives + b_move.collectives + out_move.collectives;
       // The largest local product: the work divides only over axes that split batch, M, N or K.
       double work = 2.0 * static_cast<double>(largest_chunk(m_size, c.out.num_pieces(nb))) *
                     static_cast<double>(largest_chunk(n_size, c.out.num_pieces(nb + 1))) *
@@ -148,7 +155,8 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       for (size_t d = 0; d < nb; ++d) work *= static_cast<double>(largest_chunk(batch[d], c.out.num_pieces(d)));
       c.flops = work;
       c.time = estimated_time(rule.model, c.total(), item_bytes, c.flops);
-      if (rule.candidates.empty() || c.time < rule.best().time) {
+      if (rule.candidates.empty() || c.time < rule.best().time ||
+          (c.time == rule.best().time && c.collectives < rule.best().collectives)) {
         rule.chosen = rule.candidates.size();
         rule.target = c.target;
       }

@@ -1,0 +1,77 @@
+// The training step of examples/transformer_lm (the model of examples/transformer_lm.hpp) timed
+// with dax: value_and_grad of the loss, clip_by_global_norm(1.0), AdamW. At N ranks the mesh is
+// (data N, model 1): data parallelism, as PyTorch's DistributedDataParallel in
+// benchmarks/train_step_torch.py, which benchmarks/train_step.py runs beside it. Prints one JSON
+// line: ranks, batch, tokens per second, ms per step, the bytes one step received per device and
+// DESIGN §6's formula for them.
+//   mpirun -np N train_step [--batch B] [--steps S] [--warmup W]
+#include <dax/dax.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "transformer_lm.hpp"
+
+int main(int argc, char** argv) {
+  dax::Runtime rt(argc, argv);
+  lm::Config c;
+  c.batch = 16;
+  int steps = 30, warmup = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--batch") == 0) c.batch = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
+  }
+  const lm::Layout layout{dax::Mesh({rt.size(), 1}, {"data", "model"}), false};
+  lm::Model params = lm::init(c, layout, 7);
+  dax::optim::AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.01});
+  auto loss_fn = [&](const lm::Model& p, const lm::Ids& ids, const lm::Ids& positions, const lm::Ids& labels) {
+    return lm::loss(c, layout, p, ids, positions, labels);
+  };
+  double pieces_bytes = 0;
+  dax::tree_for_each([&](const lm::Array& p) { pieces_bytes += static_cast<double>(p.local_size()) * 4; }, params);
+
+  // Random bytes as text (the values do not change the work); windows drawn as the example does.
+  std::mt19937 gen(99);
+  std::vector<int32_t> text(1 << 16);
+  for (auto& ch : text) ch = static_cast<int32_t>(gen() % 256);
+  std::vector<int32_t> positions_host(static_cast<size_t>(c.tokens()));
+  for (size_t i = 0; i < positions_host.size(); ++i) positions_host[i] = static_cast<int32_t>(i % static_cast<size_t>(c.seq));
+  const dax::Shape shape{c.tokens()};
+  const auto positions = dax::device_put(positions_host, shape, layout.tokens());
+  dax::CommStats one_step;
+  auto step = [&] {
+    std::vector<int32_t> ids, labels;
+    for (int64_t row = 0; row < c.batch; ++row) {
+      const size_t s = gen() % (text.size() - static_cast<size_t>(c.seq) - 1);
+      ids.insert(ids.end(), text.begin() + static_cast<long>(s), text.begin() + static_cast<long>(s) + c.seq);
+      labels.insert(labels.end(), text.begin() + static_cast<long>(s) + 1, text.begin() + static_cast<long>(s) + c.seq + 1);
+    }
+    dax::comm_stats().reset();
+    auto [loss, grads] = dax::value_and_grad(loss_fn)(params, dax::device_put(ids, shape, layout.tokens()), positions,
+                                                       dax::device_put(labels, shape, layout.tokens()));
+    opt.step(params, dax::optim::clip_by_global_norm(grads, 1.0));
+    one_step = dax::comm_stats();
+    return loss;
+  };
+  // A barrier: a sum over every rank, read on the host.
+  const auto barrier = [&] { dax::sum(dax::ones<float>({rt.size()}, layout.tokens())).to_host(); };
+  for (int i = 0; i < warmup; ++i) step().to_host();
+  barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  params.head.to_host();  // the last update has finished (the CPU backend runs eagerly anyway)
+  barrier();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const lm::StepBytes formula = lm::formula_bytes(c, layout, pieces_bytes);
+  if (rt.rank() == 0)
+    std::printf("{\"ranks\": %d, \"batch\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"bytes_per_step\": %lld, "
+                "\"formula_bytes\": %.0f}\n",
+                rt.size(), static_cast<long long>(c.batch), static_cast<double>(c.tokens()) * steps / seconds,
+                1e3 * seconds / steps, static_cast<long long>(one_step.total_bytes()), formula.total());
+  return 0;
+}

@@ -1,0 +1,171 @@
+// The decoder-only transformer of examples/transformer_lm.cpp, shared with
+// benchmarks/train_step.cpp: its configuration, its parameters as a DAX_TREE, where each parameter
+// lives on a (data, model) mesh (Megatron, optionally FSDP), the loss, and DESIGN §6's formulas for
+// the bytes one training step moves.
+//
+// Activations are kept as (tokens, d_model) matrices with the tokens split over 'data'. Megatron's
+// tensor parallelism splits the attention heads and the MLP's hidden units over 'model':
+//   wq, wk, wv, w1, b1   column-parallel  P(None, 'model') / P('model')   -> no communication
+//   wo, w2               row-parallel     P('model', None)                -> one all-reduce each,
+//                        asked for by giving the matmul its output sharding (tokens, replicated)
+//   wte                  vocab-parallel   P('model', None): a masked local lookup + one all-reduce
+//   head                 vocab-parallel   P(None, 'model'): logits split by vocabulary, into the
+//                        vocab-parallel cross-entropy (three all-reduces of one value per token)
+// Everything else (positions, norms, the row-parallel biases) is replicated. With FSDP each
+// parameter is stored further split over 'data' (optim::shard_over) and gathered for its use.
+// (The includes below are the ones examples/transformer_lm.cpp also makes first, because the CUDA
+// build includes that file inside a namespace; keep the two lists in step.)
+#pragma once
+
+#include <dax/dax.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lm {
+
+using Array = dax::DistArray<float>;
+using Ids = dax::DistArray<int32_t>;
+
+struct Config {
+  int64_t layers = 2, d_model = 128, heads = 4, vocab = 256, seq = 64, batch = 8;
+  int64_t hidden() const { return 4 * d_model; }
+  int64_t head_dim() const { return d_model / heads; }
+  int64_t tokens() const { return batch * seq; }
+};
+
+struct Layer {
+  Array ln1_g, ln1_b, wq, wk, wv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2;
+};
+DAX_TREE(Layer, ln1_g, ln1_b, wq, wk, wv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2)
+
+struct Model {
+  Array wte, wpe;
+  std::vector<Layer> layers;
+  Array lnf_g, lnf_b, head;
+};
+DAX_TREE(Model, wte, wpe, layers, lnf_g, lnf_b, head)
+
+/// The last component of a tree path ("layers/1/wq" -> "wq").
+inline std::string leaf_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// Megatron's layout of a parameter, by its name (the table at the top of this file).
+inline dax::PartitionSpec megatron_spec(const std::string& path) {
+  const std::string name = leaf_name(path);
+  if (name == "wq" || name == "wk" || name == "wv" || name == "w1" || name == "head") return dax::P(dax::none, "model");
+  if (name == "b1") return dax::P("model");
+  if (name == "wo" || name == "w2" || name == "wte") return dax::P("model", dax::none);
+  return dax::P();
+}
+
+/// Where a parameter is used (Megatron), and where it is stored (the same, or with FSDP further
+/// split over 'data').
+struct Layout {
+  dax::Mesh mesh;
+  bool fsdp = false;
+
+  dax::NamedSharding compute(const std::string& path) const { return {mesh, megatron_spec(path)}; }
+  dax::NamedSharding stored(const std::string& path, const dax::Shape& shape) const {
+    return fsdp ? dax::optim::shard_over("data")(path, compute(path), shape) : compute(path);
+  }
+  dax::NamedSharding tokens() const { return {mesh, dax::P("data")}; }              // ids, labels
+  dax::NamedSharding activations() const { return {mesh, dax::P("data", dax::none)}; }  // (tokens, d)
+};
+
+/// GPT-2's initialization: normal(0, 0.02) weights, the residual projections scaled by
+/// 1/sqrt(2 layers), zero biases, unit norm gains. The values do not depend on the layout.
+inline Model init(const Config& c, const Layout& layout, uint64_t seed) {
+  const auto root = dax::random::key(seed);
+  uint32_t counter = 0;
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.layers));
+  auto normal = [&](const std::string& path, dax::Shape shape, float stddev) {
+    const auto s = layout.stored(path, shape);
+    return dax::random::normal<float>(dax::random::fold_in(root, counter++), shape, s, 0.0f, stddev);
+  };
+  auto constant = [&](const std::string& path, dax::Shape shape, float value) {
+    return dax::full<float>(shape, value, layout.stored(path, shape));
+  };
+  const int64_t d = c.d_model, f = c.hidden();
+  Array wte = normal("wte", {c.vocab, d}, 0.02f), wpe = normal("wpe", {c.seq, d}, 0.01f);
+  std::vector<Layer> layers;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers/" + std::to_string(l) + "/";
+    layers.push_back(Layer{constant(p + "ln1_g", {d}, 1), constant(p + "ln1_b", {d}, 0),
+                           normal(p + "wq", {d, d}, 0.02f), normal(p + "wk", {d, d}, 0.02f),
+                           normal(p + "wv", {d, d}, 0.02f), normal(p + "wo", {d, d}, residual_std),
+                           constant(p + "bo", {d}, 0), constant(p + "ln2_g", {d}, 1),
+                           constant(p + "ln2_b", {d}, 0), normal(p + "w1", {d, f}, 0.02f),
+                           constant(p + "b1", {f}, 0), normal(p + "w2", {f, d}, residual_std),
+                           constant(p + "b2", {d}, 0)});
+  }
+  return Model{std::move(wte), std::move(wpe), std::move(layers), constant("lnf_g", {d}, 1),
+               constant("lnf_b", {d}, 0), normal("head", {d, c.vocab}, 0.02f)};
+}
+
+/// Every parameter at its compute layout: with FSDP, one all-gather over 'data' each (the tape
+/// keeps the gathered copy for the backward, whose pullback reduce-scatters the gradient).
+inline Model gathered(const Model& stored, const Layout& layout) {
+  if (!layout.fsdp) return stored;
+  return dax::tree_map_with_path(
+      [&](const std::string& path, const Array& p) { return dax::reshard(p, layout.compute(path)); }, stored);
+}
+
+/// Causal self-attention of x (tokens, d), heads split over 'model'.
+inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& x) {
+  const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
+  const Array q = dax::reshape(dax::matmul(x, p.wq), heads_shape);
+  const Array k = dax::reshape(dax::matmul(x, p.wk), heads_shape);
+  const Array v = dax::reshape(dax::matmul(x, p.wv), heads_shape);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
+  const Array probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", q, k) * scale);
+  const Array out = dax::reshape(dax::einsum("bhqk,bkhe->bqhe", probs, v), {c.tokens(), c.d_model});
+  return dax::matmul(out, p.wo, layout.activations()) + p.bo;  // row-parallel: one all-reduce
+}
+
+inline Array mlp(const Layout& layout, const Layer& p, const Array& x) {
+  const Array h = dax::gelu(dax::matmul(x, p.w1) + p.b1, /*approximate=*/true);
+  return dax::matmul(h, p.w2, layout.activations()) + p.b2;  // row-parallel: one all-reduce
+}
+
+/// The mean next-token cross-entropy of the batch: ids and labels (batch * seq), split over 'data'.
+inline Array loss(const Config& c, const Layout& layout, const Model& stored, const Ids& ids, const Ids& positions,
+                  const Ids& labels) {
+  const Model m = gathered(stored, layout);
+  Array x = dax::take(m.wte, ids, 0) + dax::take(m.wpe, positions, 0);  // vocab-parallel: one all-reduce
+  for (const Layer& p : m.layers) {
+    x = x + attention(c, layout, p, dax::layer_norm(x, p.ln1_g, p.ln1_b));
+    x = x + mlp(layout, p, dax::layer_norm(x, p.ln2_g, p.ln2_b));
+  }
+  const Array logits = dax::matmul(dax::layer_norm(x, m.lnf_g, m.lnf_b), m.head);  // split by vocabulary
+  return dax::cross_entropy(logits, labels);
+}
+
+/// DESIGN §6's bytes for one training step, received per device (ring collectives).
+struct StepBytes {
+  double megatron = 0;  // all-reduces of activations over 'model'
+  double data_parallel = 0;  // all-reduce of the gradients over 'data' (without FSDP)
+  double fsdp = 0;  // all-gather of the parameters + reduce-scatter of the gradients over 'data'
+  double total() const { return megatron + data_parallel + fsdp; }
+};
+
+/// `pieces_bytes`: the bytes of one device's pieces of every parameter at its compute layout.
+inline StepBytes formula_bytes(const Config& c, const Layout& layout, double pieces_bytes) {
+  const double n_data = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")));
+  const double n_model = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("model")));
+  const double activation = static_cast<double>(c.tokens()) / n_data * static_cast<double>(c.d_model) * 4;
+  // Forward: the embedding's all-reduce and two per layer (attention and MLP outputs); backward:
+  // two per layer (the gradients of the column-parallel inputs) and one for the head's input.
+  const double activation_reduces = static_cast<double>(4 * c.layers + 2);
+  StepBytes b;
+  b.megatron = activation_reduces * 2 * (n_model - 1) / n_model * activation;
+  if (layout.fsdp) b.fsdp = 2 * (n_data - 1) / n_data * pieces_bytes;
+  else b.data_parallel = 2 * (n_data - 1) / n_data * pieces_bytes;
+  return b;
+}
+
+}  // namespace lm
