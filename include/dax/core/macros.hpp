@@ -7,6 +7,14 @@
 #define DAX_HOST_DEVICE
 #endif
 
+// Inlined whatever the compiler's size heuristics say: for small math functions whose callers'
+// loops vectorize only with them inlined (ops/float_tanh.hpp).
+#if defined(__GNUC__) || defined(__clang__)
+#define DAX_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define DAX_ALWAYS_INLINE inline
+#endif
+
 // 1 where the CUDA backend is compiled in: the translation unit is compiled by nvcc and the build
 // asked for CUDA (the dax::dax_cuda target defines DAX_HAS_CUDA). A g++ build never sees CUDA code.
 #if defined(__CUDACC__) && defined(DAX_HAS_CUDA)

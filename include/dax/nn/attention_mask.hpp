@@ -58,7 +58,18 @@ DistArray<T> masked_softmax(const DistArray<T>& x, const DistArray<bool>& mask) 
 template <class T>
   requires detail::is_floating_v<T>
 DistArray<T> causal_softmax(const DistArray<T>& scores) {
-  return masked_softmax(scores, causal_mask(scores.shape(), scores.sharding()));
+  // The mask as (1, ..., 1, q, k), split like the scores' last two dimensions and broadcast over
+  // the leading ones: q * k values, not one per score.
+  const size_t n = scores.ndim();
+  DAX_CHECK(n >= 2, "causal_softmax: scores need at least two dimensions (queries, keys), got shape ",
+            to_string(scores.shape()));
+  Shape shape(n, 1);
+  std::vector<std::vector<int>> dims(n);
+  for (size_t d = n - 2; d < n; ++d) {
+    shape[d] = scores.shape()[d];
+    dims[d] = scores.sharding().dim_axes(d);
+  }
+  return masked_softmax(scores, causal_mask(shape, detail::make_sharding(scores.sharding().mesh(), dims, {})));
 }
 
 }  // namespace dax

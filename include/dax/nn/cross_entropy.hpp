@@ -22,11 +22,17 @@
 namespace dax {
 namespace detail {
 
-/// Each element's global index along the last dimension, laid out like `like` (generated in place).
+/// The global indices along the last dimension of `like`, as a (1, ..., 1, V) row split like
+/// `like`'s last dimension (generated in place; maps broadcast it over the other dimensions, so
+/// it costs V values, not one per element).
 template <class L, class T>
 DistArray<L> last_index(const DistArray<T>& like) {
-  const Shape& shape = like.shape();
-  return make_local<L>(shape, like.sharding(), [&](L* data, const Box& index) {
+  const size_t n = like.ndim();
+  Shape shape(n, 1);
+  shape[n - 1] = like.shape().back();
+  std::vector<std::vector<int>> dims(n);
+  dims[n - 1] = like.sharding().dim_axes(n - 1);
+  return make_local<L>(shape, make_sharding(like.sharding().mesh(), dims, {}), [&](L* data, const Box& index) {
     if (numel(shape) > 0) dev::generate(data, shape, index, nn_fn::LastIndex<L>{shape.back()});
   });
 }

@@ -10,6 +10,7 @@
 
 #include <dax/core/float16.hpp>
 #include <dax/core/macros.hpp>
+#include <dax/ops/float_tanh.hpp>
 #include <dax/core/shape.hpp>
 
 namespace dax {
@@ -54,7 +55,7 @@ struct GeluGradX {
     using C = compute_t<T>;
     const C g = static_cast<C>(cotangent), x = static_cast<C>(saved);
     const C s = C(0.7978845608028654), k = C(0.044715);
-    const C t = std::tanh(s * (x + k * x * x * x));
+    const C t = fast_tanh(s * (x + k * x * x * x));
     return static_cast<T>(g * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * s * (C(1) + C(3) * k * x * x)));
   }
 };

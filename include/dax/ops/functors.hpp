@@ -8,6 +8,7 @@
 
 #include <dax/core/float16.hpp>
 #include <dax/core/macros.hpp>
+#include <dax/ops/float_tanh.hpp>
 
 namespace dax::detail::fn {
 
@@ -64,10 +65,10 @@ DAX_UNARY_FN(Sqrt, std::sqrt(v))
 DAX_UNARY_FN(Rsqrt, C(1) / std::sqrt(v))
 DAX_UNARY_FN(Sin, std::sin(v))
 DAX_UNARY_FN(Cos, std::cos(v))
-DAX_UNARY_FN(Tanh, std::tanh(v))
+DAX_UNARY_FN(Tanh, fast_tanh(v))
 DAX_UNARY_FN(Sigmoid, C(1) / (C(1) + std::exp(-v)))
 // The tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-DAX_UNARY_FN(Gelu, C(0.5) * v * (C(1) + std::tanh(C(0.7978845608028654) * (v + C(0.044715) * v * v * v))))
+DAX_UNARY_FN(Gelu, C(0.5) * v * (C(1) + fast_tanh(C(0.7978845608028654) * (v + C(0.044715) * v * v * v))))
 // The exact (erf) form, as jax.nn.gelu(x, approximate=False) and PyTorch's default: 0.5 x (1 + erf(x / sqrt 2)).
 DAX_UNARY_FN(GeluErf, C(0.5) * v * (C(1) + std::erf(v * C(0.7071067811865476))))
 // silu (swish): x sigmoid(x) = x / (1 + exp(-x)).
