@@ -11,7 +11,7 @@
 #include <dax/reshard/planner.hpp>
 #include "../common/meshes.hpp"
 #include "../common/oracle_planner.hpp"
-#include "../common/simulate.hpp"
+#include "../common/plan_compare.hpp"
 
 using dax::Mesh;
 using dax::NamedSharding;
@@ -20,28 +20,9 @@ using dax::Shape;
 
 namespace {
 
-std::string describe(const dax::ReshardPlan& p) { return dax::detail::explain_plan(p, 1); }
-
-bool same_plan(const dax::ReshardPlan& a, const dax::ReshardPlan& b) {
-  if (a.elements != b.elements || a.lower_bound != b.lower_bound ||
-      a.general_exchange_elements != b.general_exchange_elements || a.steps.size() != b.steps.size())
-    return false;
-  for (size_t i = 0; i < a.steps.size(); ++i) {
-    const auto &x = a.steps[i], &y = b.steps[i];
-    if (x.kind != y.kind || x.axes != y.axes || x.reduce_axes != y.reduce_axes || x.elements != y.elements ||
-        !(x.to == y.to) || !(x.from == y.from))
-      return false;
-  }
-  return true;
-}
-
-bool plan_is_right(const dax::ReshardPlan& p, std::mt19937& rng) {
-  const auto partials = dax::test::random_partials(p.shape, p.src, rng);
-  auto buffers = dax::test::pieces_of_partials(p.shape, partials, p.src);
-  for (const auto& step : p.steps)
-    if (!dax::test::simulate_step(p.shape, step, buffers)) return false;
-  return buffers == dax::test::expected_pieces(p.shape, partials, p.dst);
-}
+using dax::test::describe;
+using dax::test::plan_is_right;
+using dax::test::same_plan;
 
 // When the planner says a step's regions are all contiguous, every device's are.
 bool contiguity_is_safe(const dax::ReshardPlan& p) {

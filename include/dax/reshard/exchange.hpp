@@ -112,45 +112,21 @@ inline std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& s
       if (g.from_split(d).uses(a))
         open.push_back({a, d, g.from_split(d).stride_of(a), mesh.axis_size(a), g.from_chunk(d)});
   }
-  size_t left = open.size();
-  if (left && g.separable()) {
-    // A device with a non-empty target piece in every dimension, failing the test in one.
-    bool all_nonempty = true;
-    for (size_t d = 0; d < shape.size() && all_nonempty; ++d) {
-      bool any = false;
-      for (const auto& x : g.samples(d)) any = any || x.to.size() > 0;
-      all_nonempty = any;
-    }
+  // A device with a non-empty target piece in every dimension, failing the test in one: its
+  // group's samples decide, provided every other group has such a device.
+  if (!open.empty() && some_target_nonempty(g)) {
     for (Candidate& k : open) {
-      if (!all_nonempty) break;
-      for (const auto& x : g.samples(k.dim)) {
-        if (x.to.size() == 0) continue;
-        const int64_t j0 = x.to.start / k.chunk, j1 = (x.to.stop - 1) / k.chunk;
-        if (!(j0 / k.stride == j1 / k.stride && (j0 / k.stride) % k.size == g.coord(k.dim, x, k.axis))) {
-          k.reaches = true;
-          break;
-        }
-      }
-    }
-    left = 0;
-  }
-  if (left) {
-    g.all_of([&](const std::vector<int64_t>& c) {
-      for (size_t d = 0; d < shape.size(); ++d)
-        if (g.to_piece(d, c).size() == 0) return true;
-      for (Candidate& k : open) {
-        if (k.reaches) continue;
+      const size_t grp = g.group_of(k.dim);
+      for (size_t i = 0; i < g.num_samples(grp) && !k.reaches; ++i) {
+        const auto c = g.sample(grp, i);
+        if (!g.target_nonempty(grp, c)) continue;
         // The source pieces meeting this device's target piece, [j0, j1]: do they all share its
         // coordinate on the axis? If not, some other coordinate sends to it.
         const Slice t = g.to_piece(k.dim, c);
         const int64_t j0 = t.start / k.chunk, j1 = (t.stop - 1) / k.chunk;
-        if (!(j0 / k.stride == j1 / k.stride && (j0 / k.stride) % k.size == c[k.axis])) {
-          k.reaches = true;
-          --left;
-        }
+        k.reaches = !(j0 / k.stride == j1 / k.stride && (j0 / k.stride) % k.size == c[k.axis]);
       }
-      return left > 0;
-    });
+    }
   }
   for (const Candidate& k : open) involved[k.axis] = involved[k.axis] || k.reaches;
   for (int a = 0; a < mesh.num_axes(); ++a)
