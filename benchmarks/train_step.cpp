@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
   params.head.to_host();  // the last update has finished (the CPU backend runs eagerly anyway)
   barrier();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const lm::StepBytes formula = lm::formula_bytes(c, layout, pieces_bytes);
+  const lm::StepBytes formula =
+      lm::formula_bytes(c, layout, static_cast<double>(c.tokens()) / rt.size(), pieces_bytes);
   if (rt.rank() == 0)
     std::printf("{\"ranks\": %d, \"batch\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"bytes_per_step\": %lld, "
                 "\"formula_bytes\": %.0f}\n",

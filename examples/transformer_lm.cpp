@@ -8,7 +8,8 @@
 // that (1) the loss at steps 1, 50 and the last agrees with the same training on one device to a
 // relative 1e-3 (with several ranks, rank 0 trains that reference alone afterwards), (2) the final
 // loss is below the unigram entropy of the training text, and (3) the bytes equal the formulas.
-// Run with `mpirun -np N` (N = 1, 2, 4, 8, ... makes a (N/2, 2) mesh; odd N a (N, 1) one):
+// Run with `mpirun -np N`: an even N makes a (N/2, 2) mesh, an odd N an (N, 1) one (the bytes are
+// checked when N/2, or N, divides the batch):
 //   transformer_lm [--steps S] [--batch B] [--fsdp]
 #include <dax/dax.hpp>
 
@@ -136,6 +137,10 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) c.batch = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--fsdp") == 0) fsdp = true;
   }
+  if (steps < 1 || c.batch < 1) {
+    if (rt.rank() == 0) std::cerr << "transformer_lm: --steps and --batch must be at least 1\n";
+    return 2;
+  }
   const int n = rt.size(), n_model = n % 2 == 0 ? 2 : 1;
   const lm::Layout layout{dax::Mesh({n / n_model, n_model}, {"data", "model"}), fsdp};
   const std::string text = make_text(1 << 16);
@@ -150,10 +155,12 @@ int main(int argc, char** argv) {
 
   const Run run = train(c, layout, text, steps, rt.rank(), root);
 
-  // Bytes of the last step, per collective and mesh axes, against DESIGN §6.
-  const lm::StepBytes formula = lm::formula_bytes(c, layout, run.pieces_bytes);
+  // Bytes of the last step, per collective and mesh axes, against DESIGN §6, with this device's
+  // own piece of the tokens (uneven when the data axis does not divide them).
+  const double tokens_here =
+      static_cast<double>(dax::numel(layout.tokens().devices_indices_map({c.tokens()}).at(rt.rank())));
+  const lm::StepBytes formula = lm::formula_bytes(c, layout, tokens_here, run.pieces_bytes);
   const auto& stats = run.last_step;
-  const double tokens_here = static_cast<double>(c.tokens()) / layout.mesh.axis_size(0);
   const double n_m = n_model;
   // The vocab-parallel cross-entropy's three all-reduces of one value per token (docs/nn.md).
   const double cross_entropy = 3 * 2 * (n_m - 1) / n_m * tokens_here * 4;
@@ -199,12 +206,17 @@ int main(int argc, char** argv) {
     std::cout << "final loss " << final_loss << " nats against the unigram entropy " << entropy << " nats\n";
     ok = ok && final_loss < entropy;
   }
-  // The bytes must be the formulas' (checked on every rank: every rank's pieces are the same size
-  // here, the mesh dividing every split dimension).
+  // The bytes must be the formulas' (checked on every rank, for its own pieces). When the data
+  // axis does not divide the batch, the attention's reshape to (batch, seq, heads, head_dim) must
+  // move rows too, which the formulas leave out: then they are printed, not checked.
   const double tolerance = 64;  // the scalars: the loss's mean and the clipping norm
-  const bool bytes_ok = std::abs(megatron - formula.megatron) <= tolerance &&
-                        (fsdp ? std::abs(gathers + scatters - formula.fsdp) <= tolerance
-                              : std::abs(dp - formula.data_parallel) <= tolerance);
+  const bool checkable = c.batch % layout.mesh.axis_size(0) == 0;
+  const bool bytes_ok = !checkable || (std::abs(megatron - formula.megatron) <= tolerance &&
+                                       (fsdp ? std::abs(gathers + scatters - formula.fsdp) <= tolerance
+                                             : std::abs(dp - formula.data_parallel) <= tolerance));
+  if (!checkable && root)
+    std::cout << "(bytes not checked: the data axis of " << layout.mesh.axis_size(0) << " does not divide the batch of "
+              << c.batch << ")\n";
   ok = ok && bytes_ok;
   if (!bytes_ok) std::cerr << "transformer_lm: rank " << rt.rank() << ": bytes per step differ from the formulas\n";
   if (!root) return bytes_ok ? 0 : 1;
@@ -214,6 +226,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "verified: " << steps << " AdamW steps of a transformer LM on " << layout.mesh.size()
-            << " device(s) match one device, end below the unigram entropy, and move the formulas' bytes\n";
+            << " device(s) match one device, end below the unigram entropy"
+            << (checkable ? ", and move the formulas' bytes" : "") << "\n";
   return 0;
 }

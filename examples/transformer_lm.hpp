@@ -153,11 +153,12 @@ struct StepBytes {
   double total() const { return megatron + data_parallel + fsdp; }
 };
 
-/// `pieces_bytes`: the bytes of one device's pieces of every parameter at its compute layout.
-inline StepBytes formula_bytes(const Config& c, const Layout& layout, double pieces_bytes) {
+/// `tokens_here`: the tokens of one device's piece of the batch; `pieces_bytes`: the bytes of its
+/// pieces of every parameter at their compute layout.
+inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tokens_here, double pieces_bytes) {
   const double n_data = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")));
   const double n_model = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("model")));
-  const double activation = static_cast<double>(c.tokens()) / n_data * static_cast<double>(c.d_model) * 4;
+  const double activation = tokens_here * static_cast<double>(c.d_model) * 4;
   // Forward: the embedding's all-reduce and two per layer (attention and MLP outputs); backward:
   // two per layer (the gradients of the column-parallel inputs) and one for the head's input.
   const double activation_reduces = static_cast<double>(4 * c.layers + 2);

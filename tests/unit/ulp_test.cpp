@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include <dax/ops/float_tanh.hpp>
+#include <dax/ops/float_math.hpp>
 
 #include "../common/ulp.hpp"
 
@@ -82,7 +82,7 @@ TEST_CASE("the ULP table is small and whole", "[ulp]") {
 }
 
 TEST_CASE("tanh_float: within 2 ULPs of tanh over every float magnitude, exact at the edges", "[ulp]") {
-  // The CPU's vectorizable float tanh (ops/float_tanh.hpp) against tanh in double, rounded: every
+  // The CPU's vectorizable float tanh (ops/float_math.hpp) against tanh in double, rounded: every
   // 61st float from 0 to 12 (past 10 it is 1) and its negative, both sides of the 0.625 seam
   // densely, and the special values.
   int64_t worst = 0;
@@ -115,4 +115,37 @@ TEST_CASE("tanh_float: within 2 ULPs of tanh over every float magnitude, exact a
   CHECK(dax::detail::tanh_float(1e30f) == 1.0f);
   CHECK(dax::detail::tanh_float(-std::numeric_limits<float>::infinity()) == -1.0f);
   CHECK(std::isnan(dax::detail::tanh_float(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST_CASE("exp_float: within 2 ULPs of exp from underflow to overflow, exact at the edges", "[ulp]") {
+  // softmax's and cross-entropy's vectorizable float exp (ops/float_math.hpp) against exp in
+  // double, rounded: every 61st float of magnitude below 120 (both signs: overflow past 88.7,
+  // subnormal results below -87.3, 0 below -103.97), and the special values.
+  int64_t worst = 0;
+  float worst_at = 0;
+  const float top = 120.0f;
+  uint32_t last = 0;
+  std::memcpy(&last, &top, sizeof last);
+  for (uint32_t bits = 0; bits <= last; bits += 61) {
+    float x = 0;
+    std::memcpy(&x, &bits, sizeof x);
+    for (float v : {x, -x}) {
+      const float want = static_cast<float>(std::exp(static_cast<double>(v)));
+      const int64_t d = ulp_distance(dax::detail::exp_float(v), want);
+      if (d > worst) {
+        worst = d;
+        worst_at = v;
+      }
+    }
+  }
+  INFO("worst " << worst << " ULPs at " << worst_at);
+  CHECK(worst <= 2);
+  CHECK(worst >= 1);
+  CHECK(dax::detail::exp_float(0.0f) == 1.0f);
+  CHECK(dax::detail::exp_float(89.0f) == std::numeric_limits<float>::infinity());
+  CHECK(dax::detail::exp_float(std::numeric_limits<float>::infinity()) == std::numeric_limits<float>::infinity());
+  CHECK(dax::detail::exp_float(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(dax::detail::exp_float(std::numeric_limits<float>::lowest()) == 0.0f);  // a masked score
+  CHECK(dax::detail::exp_float(-103.0f) == static_cast<float>(std::exp(-103.0)));  // subnormal
+  CHECK(std::isnan(dax::detail::exp_float(std::numeric_limits<float>::quiet_NaN())));
 }

@@ -185,8 +185,9 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
   const size_t nb = rule.out_shape.size() - 2;
   std::vector<size_t> idx(rule.candidates.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
-    return rule.candidates[x].time < rule.candidates[y].time;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {  // the rule's own order of preference
+    const auto &cx = rule.candidates[x], &cy = rule.candidates[y];
+    return cx.time < cy.time || (cx.time == cy.time && cx.collectives < cy.collectives);
   });
   std::ostringstream out;
   out << "matmul " << to_string(a_shape) << " @ " << to_string(b_shape) << " -> " << to_string(rule.out_shape)
@@ -200,7 +201,8 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
       if (mesh.axis_size(x) > 1) out << mesh.axis_names()[x] << "->" << role_name(c.roles[x], nb) << " ";
     out << "| A " << to_string(c.a.spec()) << " " << c.a_cost * item_bytes << " B, B " << to_string(c.b.spec())
         << " " << c.b_cost * item_bytes << " B, out " << c.out_cost * item_bytes << " B | total "
-        << c.total() * item_bytes << " bytes/device, " << c.flops << " FLOPs | ~" << time_text(c.time) << "\n";
+        << c.total() * item_bytes << " bytes/device in " << c.collectives << " collective"
+        << (c.collectives == 1 ? "" : "s") << ", " << c.flops << " FLOPs | ~" << time_text(c.time) << "\n";
   }
   return out.str();
 }

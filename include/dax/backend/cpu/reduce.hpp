@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <dax/core/error.hpp>
 #include <dax/core/shape.hpp>
 
 namespace dax::detail::cpu {
@@ -56,6 +57,8 @@ Acc fold_contiguous(const In* in, int64_t n, Op& op) {
 /// a wider type to accumulate in (float for the 16-bit types).
 template <class In, class Acc, class Op>
 void reduce_dims(const In* in, const Shape& shape, const std::vector<bool>& reduced, Acc* out, Op&& op) {
+  DAX_CHECK(reduced.size() == shape.size(), "reduce_dims: ", reduced.size(), " reduced flags for a shape of rank ",
+            shape.size());
   if (numel(shape) == 0) return;
   std::vector<bool> flags;
   const Shape dims = merge_alike_dims(shape, reduced, flags);
