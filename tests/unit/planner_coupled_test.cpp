@@ -89,7 +89,7 @@ TEST_CASE("coupled re-splits equal the oracle on every 2-d and 3-d mesh of up to
   CHECK(compared > 500);
 }
 
-TEST_CASE("coupled re-splits equal the oracle on random meshes of up to 64 devices", "[reshard][oracle][coupled]") {
+TEST_CASE("coupled re-splits equal the oracle on random meshes of up to 64 devices", "[reshard][oracle][coupled][exhaustive]") {
   // Long, short and size-1 axes: 2-d meshes up to 32 x 2 and 2 x 32, 3-d ones up to 64 devices.
   std::mt19937 rng(64);
   std::uniform_int_distribution<int> axis(1, 32), extent(0, 90);
@@ -110,7 +110,7 @@ TEST_CASE("coupled re-splits equal the oracle on random meshes of up to 64 devic
   CHECK(compared > 900);
 }
 
-TEST_CASE("coupled re-splits equal the oracle on long axes of up to 400 devices", "[reshard][oracle][coupled]") {
+TEST_CASE("coupled re-splits equal the oracle on long axes of up to 400 devices", "[reshard][oracle][coupled][exhaustive]") {
   // Axes long enough that the samples are a small part of the devices: the coarse pieces of a
   // drifting split near its thresholds, the values near the coupled dimension's representatives.
   std::mt19937 rng(400);
@@ -134,7 +134,7 @@ TEST_CASE("coupled re-splits equal the oracle on long axes of up to 400 devices"
   CHECK(compared > 200);
 }
 
-TEST_CASE("drifting splits over a long coarse axis equal the oracle", "[reshard][oracle][coupled]") {
+TEST_CASE("drifting splits over a long coarse axis equal the oracle", "[reshard][oracle][coupled][exhaustive]") {
   // A finer split whose uneven chunks drift off the coarse grid: one coarse axis of up to 41
   // pieces, extents around multiples of the device count, where the fine pieces run out well
   // before the coarse ones and the coarse pieces near the fine thresholds decide the bytes.
