@@ -24,6 +24,31 @@ T step(T v, int n) {
   return v;
 }
 
+/// The float math functions' sweep: `f` against `reference` (in double, rounded) at every 61st
+/// float of magnitude up to `top` and at its negative, plus `extra` points; the worst distance.
+struct Worst {
+  int64_t ulps = 0;
+  float at = 0;
+};
+template <class F, class R>
+Worst sweep_worst(F f, R reference, float top, const std::vector<float>& extra = {}) {
+  Worst w;
+  auto check = [&](float x) {
+    const int64_t d = ulp_distance(f(x), static_cast<float>(reference(static_cast<double>(x))));
+    if (d > w.ulps) w = {d, x};
+  };
+  uint32_t last = 0;
+  std::memcpy(&last, &top, sizeof last);
+  for (uint32_t bits = 0; bits <= last; bits += 61) {
+    float x = 0;
+    std::memcpy(&x, &bits, sizeof x);
+    check(x);
+    check(-x);
+  }
+  for (float x : extra) check(x);
+  return w;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("ulp_distance counts representable values", "[ulp]", float, double) {
@@ -85,26 +110,12 @@ TEST_CASE("tanh_float: within 2 ULPs of tanh over every float magnitude, exact a
   // The CPU's vectorizable float tanh (ops/float_math.hpp) against tanh in double, rounded: every
   // 61st float from 0 to 12 (past 10 it is 1) and its negative, both sides of the 0.625 seam
   // densely, and the special values.
-  int64_t worst = 0;
-  float worst_at = 0;
-  auto check = [&](float x) {
-    const float want = static_cast<float>(std::tanh(static_cast<double>(x)));
-    const int64_t d = ulp_distance(dax::detail::tanh_float(x), want);
-    if (d > worst) {
-      worst = d;
-      worst_at = x;
-    }
-  };
-  const float top = 12.0f;
-  uint32_t last = 0;
-  std::memcpy(&last, &top, sizeof last);
-  for (uint32_t bits = 0; bits <= last; bits += 61) {
-    float x = 0;
-    std::memcpy(&x, &bits, sizeof x);
-    check(x);
-    check(-x);
-  }
-  for (float x = 0.6f; x < 0.65f; x = std::nextafter(x, 1.0f)) check(x);
+  std::vector<float> seam;  // both sides of the 0.625 seam, densely
+  for (float x = 0.6f; x < 0.65f; x = std::nextafter(x, 1.0f)) seam.push_back(x);
+  const Worst w = sweep_worst([](float x) { return dax::detail::tanh_float(x); },
+                              [](double x) { return std::tanh(x); }, 12.0f, seam);
+  const int64_t worst = w.ulps;
+  const float worst_at = w.at;
   INFO("worst " << worst << " ULPs at " << worst_at);
   CHECK(worst <= 2);
   CHECK(worst >= 1);  // the sweep reaches the rounding differences (a sweep of nothing passes too)
@@ -121,23 +132,10 @@ TEST_CASE("exp_float: within 2 ULPs of exp from underflow to overflow, exact at 
   // softmax's and cross-entropy's vectorizable float exp (ops/float_math.hpp) against exp in
   // double, rounded: every 61st float of magnitude below 120 (both signs: overflow past 88.7,
   // subnormal results below -87.3, 0 below -103.97), and the special values.
-  int64_t worst = 0;
-  float worst_at = 0;
-  const float top = 120.0f;
-  uint32_t last = 0;
-  std::memcpy(&last, &top, sizeof last);
-  for (uint32_t bits = 0; bits <= last; bits += 61) {
-    float x = 0;
-    std::memcpy(&x, &bits, sizeof x);
-    for (float v : {x, -x}) {
-      const float want = static_cast<float>(std::exp(static_cast<double>(v)));
-      const int64_t d = ulp_distance(dax::detail::exp_float(v), want);
-      if (d > worst) {
-        worst = d;
-        worst_at = v;
-      }
-    }
-  }
+  const Worst w = sweep_worst([](float x) { return dax::detail::exp_float(x); },
+                              [](double x) { return std::exp(x); }, 120.0f);
+  const int64_t worst = w.ulps;
+  const float worst_at = w.at;
   INFO("worst " << worst << " ULPs at " << worst_at);
   CHECK(worst <= 2);
   CHECK(worst >= 1);

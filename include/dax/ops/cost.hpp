@@ -81,13 +81,6 @@ inline double bit_cast_double(int64_t b) {
   return x;
 }
 
-/// Elements a device receives to move an operand between shardings (max over devices), from the
-/// reshard planner: closed form, so a rule costs its candidates in time independent of the mesh.
-inline int64_t reshard_cost(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
-  if (from == to) return 0;
-  return plan_reshard(shape, from, to).elements;
-}
-
 /// A move's cost with the number of collectives it runs (steps that communicate), which breaks
 /// exact ties in time: equal bytes in one all-reduce beat three smaller collectives.
 struct MoveCost {
@@ -102,6 +95,12 @@ inline MoveCost reshard_move_cost(const Shape& shape, const NamedSharding& from,
   for (const auto& step : plan.steps)
     if (step.kind != StepKind::local_slice && step.kind != StepKind::make_unreduced) ++c.collectives;
   return c;
+}
+
+/// Elements a device receives to move an operand between shardings (max over devices), from the
+/// reshard planner: closed form, so a rule costs its candidates in time independent of the mesh.
+inline int64_t reshard_cost(const Shape& shape, const NamedSharding& from, const NamedSharding& to) {
+  return reshard_move_cost(shape, from, to).elements;
 }
 
 }  // namespace detail
