@@ -11,22 +11,11 @@ rounds is reported. A missing torch is a failure, not a skip.
     /usr/bin/python3 benchmarks/train_step.py [--build build] [--rounds 5] [--json FILE]
 """
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_json(cmd, env):
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    if not lines:
-        sys.exit(f"train_step: no JSON line from {' '.join(cmd)}:\n{out.stdout}\n{out.stderr}")
-    return json.loads(lines[-1])
+from vs_torch import HERE, alternate, require_program, require_torch, write_json
 
 
 def main():
@@ -39,30 +28,22 @@ def main():
     parser.add_argument("--json", default="")
     args = parser.parse_args()
 
-    try:
-        import torch  # noqa: F401  (checked here so a missing torch fails before any timing)
-    except ImportError as e:
-        sys.exit(f"train_step: FAILED: PyTorch is missing from /usr/bin/python3 ({e}); "
-                 "install Debian's python3-torch (scripts/setup.sh --bench)")
-    program = os.path.join(args.build, "benchmarks", "train_step")
-    if not os.path.exists(program):
-        sys.exit(f"train_step: FAILED: {program} is not built (cmake --build {args.build} --target train_step)")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    torch_version = require_torch("train_step")
+    program = require_program("train_step", args.build, "train_step")
     common = ["--batch", str(args.batch), "--steps", str(args.steps), "--warmup", "5"]
     results = []
     for ranks in [int(r) for r in args.ranks.split(",")]:
-        dax_cmd = ["mpirun", "-np", str(ranks), "--bind-to", "none", program] + common
-        torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "train_step_torch.py"), "--ranks", str(ranks)] + common
-        rounds = []
-        for r in range(args.rounds):
-            pair = {}
-            for name in (["dax", "torch"] if r % 2 == 0 else ["torch", "dax"]):
-                pair[name] = run_json(dax_cmd if name == "dax" else torch_cmd, env)
-            rounds.append(pair)
+        commands = {
+            "dax": ["mpirun", "-np", str(ranks), "--bind-to", "none", program] + common,
+            "torch": ["/usr/bin/python3", os.path.join(HERE, "train_step_torch.py"), "--ranks", str(ranks)] + common,
+        }
+
+        def report(r, pair):
             print(f"ranks {ranks} round {r + 1}: dax {pair['dax']['tokens_per_s']:.0f} tokens/s, "
                   f"PyTorch {pair['torch']['tokens_per_s']:.0f} tokens/s, "
                   f"ratio {pair['dax']['tokens_per_s'] / pair['torch']['tokens_per_s']:.3f}", flush=True)
+
+        rounds = alternate(commands, args.rounds, report)
         ratios = [p["dax"]["tokens_per_s"] / p["torch"]["tokens_per_s"] for p in rounds]
         last = rounds[-1]["dax"]
         results.append({
@@ -82,13 +63,9 @@ def main():
         print(f"| {r['ranks']} | {r['dax_tokens_per_s']:.0f} | {r['torch_tokens_per_s']:.0f} | "
               f"{r['ratio_median']:.3f} ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) | "
               f"{r['dax_bytes_per_step']} ({r['formula_bytes_per_step']:.0f}) |")
-    if args.json:
-        import torch
-        with open(args.json, "w") as f:
-            json.dump({"benchmark": "train_step", "machine": platform.processor() or platform.machine(),
-                       "cpus": os.cpu_count(), "torch": torch.__version__, "rounds": args.rounds,
-                       "steps": args.steps, "results": results}, f, indent=1)
-            f.write("\n")
+    write_json(args.json, {"benchmark": "train_step", "machine": platform.processor() or platform.machine(),
+                           "cpus": os.cpu_count(), "torch": torch_version, "rounds": args.rounds,
+                           "steps": args.steps, "results": results})
 
 
 if __name__ == "__main__":
