@@ -261,6 +261,13 @@ class MpiCommunicator final : public Communicator {
                       ReduceOp op) override {
     const auto c = mpi_counts(counts);
     Guard guard(*this, "reduce_scatter", total(counts), type);
+    if (use_ring(total(counts), type)) {
+      std::vector<int64_t> displs(counts.size(), 0);
+      for (size_t j = 1; j < counts.size(); ++j) displs[j] = displs[j - 1] + counts[j - 1];
+      guard.check(ring_reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), counts, displs, type, op),
+                  "MPI_Sendrecv (ring reduce-scatter)");
+      return;
+    }
     // Equal parts take the block variant, which MPI libraries tune better.
     if (std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; })) {
       guard.check(MPI_Reduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op, type), comm_),
@@ -273,6 +280,21 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
     Guard guard(*this, "all_reduce", count, type);
+    if (use_ring(count, type)) {  // a ring reduce-scatter, then every block to every member
+      std::vector<int64_t> counts(size_), displs(size_);
+      for (int j = 0; j < size_; ++j) {
+        displs[j] = count * j / size_;
+        counts[j] = count * (j + 1) / size_ - displs[j];
+      }
+      char* out = static_cast<char*>(recv);
+      const char* contributions = send ? static_cast<const char*>(send) : out;
+      guard.check(ring_reduce_scatter(contributions, out + displs[rank_] * itemsize(type), counts, displs, type, op),
+                  "MPI_Sendrecv (ring reduce-scatter)");
+      const auto c = mpi_counts(counts), d = mpi_counts(displs);
+      guard.check(MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type(type), recv, c.data(), d.data(), mpi_type(type), comm_),
+                  "MPI_Allgatherv");
+      return;
+    }
     guard.check(MPI_Allreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type),
                             mpi_op(op, type), comm_),
               "MPI_Allreduce");
@@ -607,6 +629,49 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  /// Large reductions run as a ring over the members instead of the MPI library's collective: Open
+  /// MPI reduces a reduce-scatter to one member and scatters it back, and its all-reduce allocates a
+  /// temporary of the whole message on every call (fresh pages to fault in each time). The ring
+  /// moves (n-1)/n of the data once, in n-1 exchanges with the neighbours, and stages one block in
+  /// two buffers kept from call to call. Small messages keep the library's latency-tuned algorithms.
+  bool use_ring(int64_t count, DType type) const {
+    static constexpr int64_t kRingBytes = 1 << 18;
+    return size_ > 1 && count * itemsize(type) >= kRingBytes;
+  }
+
+  /// Reduces block j of every member's `contributions` (counts[j] elements at displs[j]) onto
+  /// member j, which finds its block in `out`. Step s passes the partial sum of block
+  /// (rank - s - 1) to the right neighbour and adds this member's part to the one arriving from the
+  /// left; after n-1 steps the block arriving is this member's own, complete. `out` may be
+  /// this member's own block of `contributions` (an in-place all-reduce): that block is read
+  /// before it is written.
+  int ring_reduce_scatter(const char* contributions, char* out, const std::vector<int64_t>& counts,
+                          const std::vector<int64_t>& displs, DType type, ReduceOp op) {
+    static constexpr int kRingTag = 0x6469;
+    const MPI_Datatype t = mpi_type(type);
+    const MPI_Op o = mpi_op(op, type);
+    const int64_t item = itemsize(type);
+    const int64_t largest = *std::max_element(counts.begin(), counts.end());
+    if (static_cast<int64_t>(ring_stage_[0].size()) < largest * item)
+      for (auto& stage : ring_stage_) stage.resize(static_cast<size_t>(largest * item));
+    const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+    const char* outgoing = nullptr;
+    for (int s = 0; s + 1 < size_; ++s) {
+      const int send_block = ((rank_ - s - 1) % size_ + size_) % size_;
+      const int recv_block = ((rank_ - s - 2) % size_ + size_) % size_;
+      if (s == 0) outgoing = contributions + displs[send_block] * item;
+      char* incoming = ring_stage_[s % 2].data();
+      int rc = MPI_Sendrecv(outgoing, mpi_count(counts[send_block]), t, right, kRingTag, incoming,
+                            mpi_count(counts[recv_block]), t, left, kRingTag, comm_, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return rc;
+      rc = MPI_Reduce_local(contributions + displs[recv_block] * item, incoming, mpi_count(counts[recv_block]), t, o);
+      if (rc != MPI_SUCCESS) return rc;
+      outgoing = incoming;
+    }
+    std::memcpy(out, outgoing, static_cast<size_t>(counts[rank_] * item));
+    return MPI_SUCCESS;
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
   std::vector<int> world_ranks_;
@@ -616,6 +681,7 @@ class MpiCommunicator final : public Communicator {
   CallRecord mine_;                   // the light check's record of this member's call in progress
   std::vector<CallRecord> theirs_;    // the other members' records (this member's own in its slot)
   std::vector<MPI_Request> records_;  // persistent receives from each peer, then sends to each
+  std::vector<char> ring_stage_[2];   // the ring reduction's staging: one block each, kept
 };
 
 }  // namespace dax::detail
