@@ -434,7 +434,7 @@ TEST_CASE("layer_norm and rms_norm backward: a partial-sum gradient is reduced o
   const auto beta = dax::device_put(uniform(d, rng), {d}, replicated);
   const auto g = dax::device_put(uniform(rows * d, rng), {rows, d}, replicated);
   const auto g_partial = dax::reshard(g, partial);  // the same values, held as partial sums
-  const int64_t all_reduce = 2 * (n - 1) * rows * d * int64_t(sizeof(double)) / n;
+  const int64_t all_reduce = 2 * (n - 1) * rows * d / n * int64_t(sizeof(double));
   SECTION("layer_norm") {
     auto [y, pullback] = dax::vjp(
         [](const DistArray<double>& a, const DistArray<double>& s, const DistArray<double>& b) {

@@ -210,7 +210,8 @@ TEST_CASE("the backward of a shard_map body moves what a hand-written schedule m
     run();
     return std::pair{all_reduce_bytes(), total_bytes()};
   };
-  auto all_reduce = [n](int64_t elements) { return 2 * (n - 1) * elements * int64_t(sizeof(double)) / n; };
+  // All-reduces count 2(n-1)/n of the elements in whole elements (dax::detail::all_reduce_received).
+  auto all_reduce = [n](int64_t elements) { return 2 * (n - 1) * elements / n * int64_t(sizeof(double)); };
 
   SECTION("data parallel: one all-reduce of the weight's gradient") {
     const D w = dax::device_put(uniform(64 * 32, rng), {64, 32}, NamedSharding(m, P()));

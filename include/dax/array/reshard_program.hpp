@@ -90,7 +90,11 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
   const Exchange& ex = p.ex;
   if (ex.members.size() == 1 || step.kind == StepKind::local_slice) {
     p.share = ex.from_block == ex.to_block;
-    p.view = !p.share && is_contiguous_in(ex.from_block, ex.to_block);
+    // A view keeps its whole parent buffer alive: only worth it when it keeps most of it. A
+    // replicated -> split slice copies its part, so sharding a parameter (FSDP, ZeRO-3) leaves each
+    // device holding its piece, not the whole array behind a view.
+    p.view = !p.share && is_contiguous_in(ex.from_block, ex.to_block) &&
+             2 * numel(ex.to_block) > numel(ex.from_block);
     p.view_offset = p.view && numel(ex.to_block) ? offset_in(ex.from_block, ex.to_block) : 0;
     return p;
   }
@@ -142,7 +146,7 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
     }
     case StepKind::all_reduce: {
       const int64_t k = static_cast<int64_t>(n);
-      p.received = 2 * (k - 1) * numel(ex.from_block) / k;
+      p.received = all_reduce_received(numel(ex.from_block), k);
       break;
     }
     default: break;

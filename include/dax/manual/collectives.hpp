@@ -13,6 +13,7 @@
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/manual/context.hpp>
+#include <dax/reshard/reduction_axes.hpp>
 #include <dax/ops/elementwise.hpp>
 
 namespace dax {
@@ -122,7 +123,7 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
     Communicator& comm = g.comm();
     const int64_t started = collective_start();
     comm.all_reduce(x.local_data().data(), reduced->data(), x.size(), dtype_v<T>, op);
-    count_collective("all_reduce", g.text(), 2 * (g.size - 1) * x.size() * int64_t(sizeof(T)) / g.size, started);
+    count_collective("all_reduce", g.text(), all_reduce_received(x.size(), g.size) * int64_t(sizeof(T)), started);
     out = local_block<T>(g, x.shape(), std::move(reduced));
   }
   // psum's transpose is the identity (its output is invariant over the axes, and so is its

@@ -16,7 +16,7 @@ inline std::optional<ReshardStep> plan_all_reduce(const Shape& shape, const Name
   for (size_t d = 0; d < shape.size(); ++d)
     if (from.dim_axes(d) != to.dim_axes(d)) return std::nullopt;
   const int64_t k = group_size(from.mesh(), reduce);
-  return ReshardStep{StepKind::all_reduce, from, to, reduce, reduce, 2 * (k - 1) * largest_piece(shape, from) / k};
+  return ReshardStep{StepKind::all_reduce, from, to, reduce, reduce, all_reduce_received(largest_piece(shape, from), k)};
 }
 
 }  // namespace dax::detail

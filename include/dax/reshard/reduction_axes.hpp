@@ -1,4 +1,4 @@
-// Which unreduced axes a step from `from` to `to` sums over.
+// Which unreduced axes a step from `from` to `to` sums over, and what an all-reduce over them receives.
 #pragma once
 
 #include <vector>
@@ -23,5 +23,10 @@ inline int64_t group_size(const Mesh& mesh, const std::vector<int>& axes) {
   for (int a : axes) k *= mesh.axis_size(a);
   return k;
 }
+
+/// Elements each member receives in an all-reduce of `count` elements over `k` members, at the
+/// bandwidth-optimal 2(k-1)/k (nccl-tests' busbw factor), in whole elements (rounded down): the
+/// one figure the planner costs, explain prints and comm_stats counts (times the element size).
+inline int64_t all_reduce_received(int64_t count, int64_t k) { return 2 * (k - 1) * count / k; }
 
 }  // namespace dax::detail
