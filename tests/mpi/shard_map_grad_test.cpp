@@ -322,3 +322,40 @@ TEST_CASE("replication typing: errors and what needs no gradient", "[autodiff][s
                Catch::Contains("a gradient through a shard_map needs its mesh to hold every rank"));
   }
 }
+
+TEST_CASE("a collective whose output one device drops still runs its backward there", "[autodiff][shard_map]") {
+  // A pipeline hands device 0's block to device 1, which alone uses it; device 0 ignores what it
+  // receives. Device 1's backward sends the cotangent back through the reverse ppermute, so device
+  // 0 must run that ppermute's pullback too (on a zero cotangent), or the ranks would wait on each
+  // other. Every size: a ring of n devices where device i + 1 uses device i's block unless it is 0.
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"i"});
+  std::mt19937 rng(31);
+  const std::vector<double> values = dax::test::random_values<double>(4 * n, rng);
+  const D x = dax::device_put(values, {4 * n}, NamedSharding(mesh, P("i")));
+  std::vector<std::pair<int, int>> ring;
+  for (int d = 0; d < n; ++d) ring.emplace_back(d, (d + 1) % n);
+  auto loss = [&](const D& v) {
+    return dax::shard_map(
+        [&](const D& b) {
+          const D y = dax::ppermute(b * 2.0, "i", ring);  // device d receives device d-1's block
+          const bool uses = dax::axis_index("i") % 2 == 1;  // odd devices use it, even ones drop it
+          const D s = uses ? dax::sum(y * y) : dax::sum(b) * 0.0;
+          return dax::psum(s, "i");
+        },
+        mesh, {P("i")}, P())(v);
+  };
+  const auto [value, grad] = dax::value_and_grad(loss)(x);
+  // loss = sum over odd d of |2 x_{d-1}|^2: d/dx_j = 8 x_j when device j + 1 is odd (j even), else 0.
+  double want_loss = 0;
+  std::vector<double> want_grad(values.size(), 0.0);
+  for (int d = 1; d < n; d += 2)
+    for (int k = 0; k < 4; ++k) {
+      const double u = values[4 * (d - 1) + k];
+      want_loss += 4 * u * u;
+      want_grad[4 * (d - 1) + k] = 8 * u;
+    }
+  CHECK(value.to_host()[0] == Approx(want_loss).epsilon(1e-12));
+  const auto got = grad.to_host();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want_grad[i]).margin(1e-12));
+}

@@ -59,6 +59,10 @@ struct Varying {
   uint64_t added = 0;
   uint64_t removed = 0;
   bool enters = false;
+  /// A collective of a shard_map body: its pullback communicates, so every device of the group
+  /// must run it, with a zero cotangent where its output reached nothing (else the devices whose
+  /// output was used would wait on those whose output was dropped).
+  bool collective = false;
 };
 
 /// Ids with this bit carry replication typing only (a value inside a shard_map body that no

@@ -67,8 +67,10 @@ class Tape final : public Tracer {
     std::vector<uint64_t> broadcast(inputs.size(), 0);
     if (!varying.enters)
       for (size_t k = 0; k < inputs.size(); ++k) broadcast[k] = seen & ~varying_axes(inputs[k]);
-    return add_node(op, std::move(inputs), std::move(pullback), std::move(body), seen & ~varying.removed,
-                    std::move(broadcast));
+    const uint64_t id = add_node(op, std::move(inputs), std::move(pullback), std::move(body), seen & ~varying.removed,
+                                 std::move(broadcast));
+    if (varying.collective && nodes_.back().pullback) nodes_.back().collective = true;
+    return id;
   }
 
   uint64_t varying_axes(uint64_t id) const override {
@@ -92,9 +94,13 @@ class Tape final : public Tracer {
     for (size_t i = index_.at(output) + 1; i-- > 0;) {
       const Node& node = nodes_[i];
       auto it = cotangent.find(node.id);
-      if (it == cotangent.end()) continue;
-      const AnyArray g = std::move(it->second);
-      cotangent.erase(it);  // no longer needed: free it as the backward goes
+      AnyArray g;  // empty: a body's collective whose output reached nothing here runs on zeros
+      if (it == cotangent.end()) {
+        if (!node.collective) continue;
+      } else {
+        g = std::move(it->second);
+        cotangent.erase(it);  // no longer needed: free it as the backward goes
+      }
       if (!node.pullback) {
         if (wanted(node.id)) result.emplace(node.id, g);
         continue;
@@ -122,6 +128,7 @@ class Tape final : public Tracer {
     std::shared_ptr<const ManualContext> body;  // the shard_map body it was recorded in, or null
     uint64_t varying = 0;                      // in a body: the mesh axes (bits) its value varies over
     std::vector<uint64_t> broadcast;           // in a body: per input, the axes its cotangent is summed over
+    bool collective = false;                   // in a body: runs even when no cotangent reached it
   };
 
   /// A node's pullback; inside a shard_map body it runs in the body's context, and each input's

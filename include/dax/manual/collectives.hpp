@@ -33,11 +33,15 @@ void record_collective(const char* op, DistArray<T>& out, const DistArray<T>& x,
   if (!tracing(x)) return;
   Pullback pullback;
   if constexpr (is_floating_v<T>) {
+    // An empty cotangent means the output reached nothing on this device: the pullback still runs,
+    // on zeros, so that its collective meets the other devices' (Varying::collective).
     if (needs_gradient(x))
-      pullback = [p = make_pullback()](const AnyArray& ct) { return Cotangents{AnyArray(p(ct.as<T>()))}; };
+      pullback = [p = make_pullback(), shape = out.shape(), sharding = out.sharding()](const AnyArray& ct) {
+        return Cotangents{AnyArray(p(ct.empty() ? zeros<T>(shape, sharding) : ct.as<T>()))};
+      };
   }
   out.set_trace_id(active_tracer()->record(op, {x.trace_id()}, std::move(pullback),
-                                           Varying{g.mask(), reduces ? g.mask() : 0, false}));
+                                           Varying{g.mask(), reduces ? g.mask() : 0, false, true}));
 }
 
 /// Runs a collective's data movement with recording off (its internal transposes are not ops of
