@@ -1,7 +1,8 @@
 // The MPI communicator's reductions at every size: small ones go to the MPI library, large ones
-// (256 KiB and up) run as dax's ring reduce-scatter (and all-gather, for an all-reduce). Each member
-// contributes values it and every other member can compute, so each checks its result against a
-// plain loop over all contributions; uneven parts, zero-length parts and in-place calls included.
+// (blocks of 128 KiB per member and up) run as dax's ring reduce-scatter (and all-gather, for an
+// all-reduce). Each member contributes values it and every other member can compute, so each
+// checks its result against a plain loop over all contributions; uneven parts, zero-length parts
+// and in-place calls included.
 #include <catch2/catch.hpp>
 
 #include <cstdint>

@@ -443,6 +443,8 @@ TEST_CASE("ZeRO stages 0-3: what each device holds, from the memory counter", "[
   };
   std::vector<Held> held;           // per stage, this device
   std::vector<Params> updated;      // per stage, after two steps
+  int64_t zero2_grad_bytes = 0, zero2_moved = 0, zero2_all_reduced = 0;  // one ZeRO-2 backward
+  int64_t stage0_moved = 0;                                                // one plain data-parallel backward
   for (int stage = 0; stage <= 3; ++stage) {
     const int64_t base = dax::memory_stats().bytes_in_use;
     Params params;
@@ -455,7 +457,16 @@ TEST_CASE("ZeRO stages 0-3: what each device holds, from the memory counter", "[
     if (stage == 2) options.grad_sharding = zero;                 // ZeRO-2: gradients reduced to it
     dax::optim::AdamW opt(params, options);
     for (int step = 0; step < 2; ++step) {
-      const auto grads = dax::grad(loss)(params);
+      dax::comm_stats().reset();
+      // ZeRO-2: the gradients come back split over 'data' (reduce-scattered), never whole.
+      const auto grads = stage == 2 ? dax::grad(loss, zero)(params) : dax::grad(loss)(params);
+      if (stage == 0) stage0_moved = dax::comm_stats().total_bytes();
+      if (stage == 2) {
+        zero2_grad_bytes = bytes_of(grads);
+        zero2_moved = dax::comm_stats().total_bytes();
+        zero2_all_reduced = dax::comm_stats().of("all_reduce", "('data',)").bytes;
+        for (const auto& [name, g] : grads) CHECK(g.sharding() == zero(name, replicated, shapes.at(name)));
+      }
       opt.step(params, grads);
     }
     const auto state = opt.state();
@@ -493,6 +504,18 @@ TEST_CASE("ZeRO stages 0-3: what each device holds, from the memory counter", "[
     CHECK(held[stage].state <= 2 * (whole / n + (48 + 40 + 40) * int64_t(sizeof(double))));
   }
   CHECK(held[1].state == held[2].state);
+  // ZeRO-2's gradients: split like the state (the devices' bytes add up to one copy), never
+  // all-reduced (the only all-reduce left is the loss's one element): each is reduce-scattered, or
+  // made in place from gathered activations where that moves less (a batch smaller than the
+  // weight); the backward moves less than stage 0's all-reduces.
+  const auto grad_bytes = gather(zero2_grad_bytes);
+  int64_t grad_sum = 0;
+  for (int r = 0; r < n; ++r) grad_sum += grad_bytes[r];
+  CHECK(grad_sum == whole);
+  if (n > 1) {
+    CHECK(zero2_all_reduced <= int64_t(sizeof(double)));
+    CHECK(zero2_moved < stage0_moved);
+  }
   if (world_rank() == 0) {
     std::printf("ZeRO at %d devices, bytes on device 0: parameters / optimizer state\n", n);
     for (int stage = 0; stage <= 3; ++stage)

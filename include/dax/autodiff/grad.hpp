@@ -7,7 +7,9 @@
 // reduce-scatter).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -23,6 +25,13 @@ namespace dax {
 
 /// The cotangent vjp gives an argument that is not a tree of arrays (a flag, a config struct...).
 struct NoCotangent {};
+
+/// Where value_and_grad leaves each gradient: (the parameter's path in its tree, its sharding, its
+/// shape) -> a sharding on the same mesh. The same signature as dax::optim::ShardingFn, so
+/// `value_and_grad(loss, optim::shard_over("data"))` gives ZeRO-2's gradients: each replicated
+/// parameter's partial sums reduce-scattered over 'data', never all-reduced.
+using GradShardingFn =
+    std::function<NamedSharding(const std::string& path, const NamedSharding& param, const Shape& shape)>;
 
 namespace detail {
 
@@ -43,15 +52,19 @@ void leaf_ids(const Tree& tree, std::vector<uint64_t>& ids) {
 }
 
 /// The gradient tree: per leaf, its summed cotangent resharded (reduced) to the primal's sharding,
-/// or zeros where nothing reached it.
+/// or to `where(path, primal sharding, shape)` when given, or zeros where nothing reached it.
 template <class Tree>
-Tree gradient_tree(const std::unordered_map<uint64_t, AnyArray>& cotangents, const Tree& primal, const Tree& traced) {
-  return tree_map(
-      [&](const auto& p, const auto& t) {
+Tree gradient_tree(const std::unordered_map<uint64_t, AnyArray>& cotangents, const Tree& primal, const Tree& traced,
+                   const GradShardingFn& where = {}) {
+  return tree_map_with_path(
+      [&](const std::string& path, const auto& p, const auto& t) {
         using T = typename std::remove_cvref_t<decltype(p)>::value_type;
+        const NamedSharding to = where ? where(path, p.sharding(), p.shape()) : p.sharding();
+        DAX_CHECK(!where || to.mesh() == p.sharding().mesh(), "value_and_grad: the gradient sharding of '", path,
+                  "' is on ", to_string(to.mesh()), ", its parameter on ", to_string(p.sharding().mesh()));
         const auto it = cotangents.find(t.trace_id());
-        if (it == cotangents.end()) return zeros<T>(p.shape(), p.sharding());
-        return reshard_untraced(it->second.template as<T>(), p.sharding());
+        if (it == cotangents.end()) return zeros<T>(p.shape(), to);
+        return reshard_untraced(it->second.template as<T>(), to);
       },
       primal, traced);
 }
@@ -87,9 +100,12 @@ DistArray<T> detached(const DistArray<T>& x) {
 /// Returns a callable giving (value, gradients) — ((value, aux), gradients) in the aux form — with
 /// the gradients taken with respect to `params` (a tree), as a tree of the same structure whose
 /// every leaf has its parameter's sharding.
+///
+/// With `grad_sharding`, each gradient comes back in the sharding it names instead (ZeRO-2: the
+/// reduction of a replicated parameter's partial sums is then a reduce-scatter to that sharding).
 template <class F>
-auto value_and_grad(F f) {
-  return [f](const auto& params, const auto&... args) {
+auto value_and_grad(F f, GradShardingFn grad_sharding = {}) {
+  return [f, grad_sharding](const auto& params, const auto&... args) {
     using Params = std::remove_cvref_t<decltype(params)>;
     static_assert(is_tree_v<Params>, "dax::value_and_grad: the first argument must be a tree of DistArrays");
     detail::Tape tape;
@@ -106,7 +122,7 @@ auto value_and_grad(F f) {
     detail::leaf_ids(traced, leaves);
     const auto seed = ones<T>({}, NamedSharding(loss.sharding().mesh(), P()));
     const auto cotangents = tape.backward(loss.trace_id(), detail::AnyArray(seed), leaves);
-    Params grads = detail::gradient_tree(cotangents, params, traced);
+    Params grads = detail::gradient_tree(cotangents, params, traced, grad_sharding);
     if constexpr (detail::is_dist_array<decltype(result)>::value) {
       return std::pair{detail::detached(result), std::move(grads)};
     } else {
@@ -118,8 +134,8 @@ auto value_and_grad(F f) {
 
 /// The gradients alone (the aux form returns (gradients, aux)).
 template <class F>
-auto grad(F f) {
-  return [vg = value_and_grad(std::move(f))](const auto& params, const auto&... args) {
+auto grad(F f, GradShardingFn grad_sharding = {}) {
+  return [vg = value_and_grad(std::move(f), std::move(grad_sharding))](const auto& params, const auto&... args) {
     auto [value, grads] = vg(params, args...);
     if constexpr (detail::is_dist_array<decltype(value)>::value) {
       return grads;

@@ -286,11 +286,11 @@ class MpiCommunicator final : public Communicator {
         displs[j] = count * j / size_;
         counts[j] = count * (j + 1) / size_ - displs[j];
       }
+      const auto c = mpi_counts(counts), d = mpi_counts(displs);  // refused before anything moves
       char* out = static_cast<char*>(recv);
       const char* contributions = send ? static_cast<const char*>(send) : out;
       guard.check(ring_reduce_scatter(contributions, out + displs[rank_] * itemsize(type), counts, displs, type, op),
                   "MPI_Sendrecv (ring reduce-scatter)");
-      const auto c = mpi_counts(counts), d = mpi_counts(displs);
       guard.check(MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type(type), recv, c.data(), d.data(), mpi_type(type), comm_),
                   "MPI_Allgatherv");
       return;
@@ -635,8 +635,10 @@ class MpiCommunicator final : public Communicator {
   /// moves (n-1)/n of the data once, in n-1 exchanges with the neighbours, and stages one block in
   /// two buffers kept from call to call. Small messages keep the library's latency-tuned algorithms.
   bool use_ring(int64_t count, DType type) const {
-    static constexpr int64_t kRingBytes = 1 << 18;
-    return size_ > 1 && count * itemsize(type) >= kRingBytes;
+    // Per block: n-1 exchanges pay off only while each moves enough to hide its latency (many
+    // members with small blocks are better served by MPI's logarithmic algorithms).
+    static constexpr int64_t kRingBlockBytes = 1 << 17;
+    return size_ > 1 && count * itemsize(type) / size_ >= kRingBlockBytes;
   }
 
   /// Reduces block j of every member's `contributions` (counts[j] elements at displs[j]) onto
@@ -647,7 +649,7 @@ class MpiCommunicator final : public Communicator {
   /// before it is written.
   int ring_reduce_scatter(const char* contributions, char* out, const std::vector<int64_t>& counts,
                           const std::vector<int64_t>& displs, DType type, ReduceOp op) {
-    static constexpr int kRingTag = 0x6469;
+    static constexpr int kRingTag = 0x646a;  // apart from the runtime's departure notice (0x6469)
     const MPI_Datatype t = mpi_type(type);
     const MPI_Op o = mpi_op(op, type);
     const int64_t item = itemsize(type);
@@ -668,7 +670,7 @@ class MpiCommunicator final : public Communicator {
       if (rc != MPI_SUCCESS) return rc;
       outgoing = incoming;
     }
-    std::memcpy(out, outgoing, static_cast<size_t>(counts[rank_] * item));
+    if (counts[rank_] > 0) std::memcpy(out, outgoing, static_cast<size_t>(counts[rank_] * item));
     return MPI_SUCCESS;
   }
 
