@@ -9,7 +9,9 @@
 
 #include <dax/dax.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -54,6 +56,43 @@ void expect_eq(const A& got, const B& want, const std::string& what) {
 inline void expect_near(double got, double want, double tolerance, const std::string& what) {
   DAX_CHECK(std::abs(got - want) <= tolerance, "from_jax [", current_block(), "]: ", what, ": expected ", want,
             " within ", tolerance, ", got ", got, " (off by ", std::abs(got - want), ")");
+}
+
+/// Host data of the programs' checks: row-major float vectors.
+using Host = std::vector<float>;
+
+/// Integers in [-3, 3] as floats: products and sums of a few hundred stay exact in float, so
+/// results must match the host loops bit for bit whatever order the sums take.
+inline Host small_ints(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> pick(-3, 3);
+  Host v(static_cast<size_t>(n));
+  for (auto& e : v) e = static_cast<float>(pick(gen));
+  return v;
+}
+
+/// (m, k) @ (k, n), row-major, by the textbook loop.
+inline Host host_matmul(const Host& a, const Host& b, int64_t m, int64_t k, int64_t n) {
+  Host c(static_cast<size_t>(m * n), 0.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+/// The whole array equals `want` within `tol` (0: exactly). Gathers, so call it after byte checks.
+inline void expect_values(const dax::DistArray<float>& x, const Host& want, double tol, const std::string& what) {
+  const Host got = x.to_host();
+  expect_eq(got.size(), want.size(), what + ": element count");
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
+  expect_near(worst, 0.0, tol, what + ": largest difference from the host loop");
+}
+
+/// A host array put on `mesh` with `spec`.
+inline dax::DistArray<float> put(const Host& h, const dax::Shape& shape, const dax::Mesh& mesh,
+                                 const dax::PartitionSpec& spec) {
+  return dax::device_put(std::span<const float>(h), shape, dax::NamedSharding(mesh, spec));
 }
 
 /// The mesh a block asks for, and whether the job has the devices for it. With enough ranks it is

@@ -22,37 +22,12 @@ namespace {
 
 using dax::P;
 using Array = dax::DistArray<float>;
-using Host = std::vector<float>;
+using from_jax::expect_values;
+using from_jax::host_matmul;
+using from_jax::put;
+using from_jax::Host;
+using from_jax::small_ints;
 const char* const guide = "002";
-
-/// Integers in [-3, 3] as floats: sums of their products stay exact in float.
-Host small_ints(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> pick(-3, 3);
-  Host v(static_cast<size_t>(n));
-  for (auto& e : v) e = static_cast<float>(pick(gen));
-  return v;
-}
-
-Host host_matmul(const Host& a, const Host& b, int64_t m, int64_t k, int64_t n) {
-  Host c(static_cast<size_t>(m * n), 0.0f);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p)
-      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
-  return c;
-}
-
-Array put(const Host& h, const dax::Shape& shape, const dax::Mesh& mesh, const P& spec) {
-  return dax::device_put(std::span<const float>(h), shape, dax::NamedSharding(mesh, spec));
-}
-
-void expect_values(const Array& x, const Host& want, double tol, const std::string& what) {
-  const Host got = x.to_host();
-  from_jax::expect_eq(got.size(), want.size(), what + ": element count");
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - double(want[i])));
-  from_jax::expect_near(worst, 0.0, tol, what + ": largest difference from the host loop");
-}
 
 /// One collective of `kind` over `axes` since the last reset, receiving `bytes`, and nothing else.
 void expect_only(const std::string& kind, const std::string& axes, int64_t bytes, const std::string& what) {
