@@ -28,6 +28,10 @@ struct CollectiveChecks {
   // call while the call itself runs, and checks the records once it is done, or, while it waits,
   // from the watchdog thread. Off with DAX_CHECK_COLLECTIVES=0; replaced by the full check with =1.
   bool light = true;
+  // DAX_CHECK_BOARD=0: members on one node send each other their records as messages, as members
+  // on different nodes do, instead of posting them on the node's shared board (call_board.hpp).
+  // For testing the message path on one machine.
+  bool board = true;
   double timeout_s = 300;     // DAX_TIMEOUT_S: a collective running longer aborts the job; 0 = never
 };
 
@@ -37,6 +41,7 @@ inline CollectiveChecks read_collective_checks() {
     c.fingerprints = *v != 0 && std::strcmp(v, "0") != 0;
     c.light = false;
   }
+  if (const char* v = std::getenv("DAX_CHECK_BOARD"); v && std::strcmp(v, "0") == 0) c.board = false;
   if (const char* v = std::getenv("DAX_TIMEOUT_S")) {
     char* end = nullptr;
     const double t = std::strtod(v, &end);

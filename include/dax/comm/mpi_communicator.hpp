@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <dax/comm/call_board.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/communicator.hpp>
 #include <dax/comm/mpi_check.hpp>
@@ -162,41 +163,6 @@ inline std::string last_collective_text() {
              " (call #", l.number, " on the group ", l.group ? *l.group : std::string("?"), ")");
 }
 
-/// What each member sends the others about a call under the default (light) check: the call's
-/// kind, count, dtype and number in the group's sequence, and a hash of them that doubles as the
-/// sign that the record has fully arrived.
-struct CallRecord {
-  int64_t number = 0;
-  int64_t count = 0;
-  int32_t type = 0;
-  int32_t world_rank = -1;
-  char kind[32] = {};
-  uint64_t check = 0;  // 0 until a record has arrived
-};
-
-inline uint64_t call_record_check(const CallRecord& r) {
-  uint64_t h = 0x7265636f7264ull;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x9e3779b97f4a7c15ull; h ^= h >> 29; };
-  mix(static_cast<uint64_t>(r.number));
-  mix(static_cast<uint64_t>(r.count));
-  mix(static_cast<uint64_t>(static_cast<uint32_t>(r.type)) << 32 | static_cast<uint32_t>(r.world_rank));
-  uint64_t w[4];
-  std::memcpy(w, r.kind, sizeof(w));
-  for (uint64_t v : w) mix(v);
-  return h | 1;
-}
-
-/// Reads a record MPI may be writing at this moment (from the watchdog thread): word by word, then
-/// checked; false if it has not (fully) arrived.
-inline bool read_call_record(const CallRecord& in, CallRecord& out) {
-  static_assert(sizeof(CallRecord) % 8 == 0);
-  const auto* from = reinterpret_cast<const uint64_t*>(&in);
-  auto* to = reinterpret_cast<uint64_t*>(&out);
-  for (size_t i = 0; i < sizeof(CallRecord) / 8; ++i) to[i] = __atomic_load_n(from + i, __ATOMIC_ACQUIRE);
-  out.kind[sizeof(out.kind) - 1] = 0;
-  return out.check != 0 && out.check == call_record_check(out);
-}
-
 /// Whether two records describe the same call (whoever sent them).
 inline bool same_call(const CallRecord& a, const CallRecord& b) {
   return a.number == b.number && a.count == b.count && a.type == b.type && std::strcmp(a.kind, b.kind) == 0;
@@ -220,6 +186,13 @@ class MpiCommunicator final : public Communicator {
     mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     if (world_ranks_.empty())
       for (int r = 0; r < size_; ++r) world_ranks_.push_back(r);
+    // Under the light check, members on one node post their records on the node's board.
+    if (CallBoard* board = job_call_board(); board && size_ > 1 && collective_checks().light) {
+      board_group_ = board->agree_group_id(comm_);  // collective over the group, as its creation was
+      board_rows_.assign(size_, -1);
+      for (int j = 0; j < size_; ++j) board_rows_[j] = board->node_rank_of(world_ranks_[j]);
+      if (board_group_ >= 0 && board_rows_[rank_] >= 0) board_ = board;
+    }
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -398,7 +371,8 @@ class MpiCommunicator final : public Communicator {
     ~Guard() noexcept(false) {
       if (!light_) return;
       MpiCommunicator& c = *const_cast<MpiCommunicator*>(call_.comm);
-      const int rc = MPI_Waitall(static_cast<int>(c.records_.size()), c.records_.data(), MPI_STATUSES_IGNORE);
+      const int rc = c.records_.empty() ? MPI_SUCCESS
+                                        : MPI_Waitall(static_cast<int>(c.records_.size()), c.records_.data(), MPI_STATUSES_IGNORE);
       std::string report = rc == MPI_SUCCESS ? c.records_report(false) : std::string();
       watched_.reset();
       if (report.empty()) return;
@@ -426,20 +400,21 @@ class MpiCommunicator final : public Communicator {
     std::optional<Watched> watched_;
   };
 
-  /// Fills this member's record, clears the slots of the others' and starts the exchange
-  /// (persistent requests, made on the group's first call).
+  /// Fills this member's record and posts it: on the node's board for the members there, as a
+  /// message (persistent requests, made on the group's first call) to each member elsewhere.
   void start_records(const Call& call) {
     static constexpr int kRecordTag = 0x6468;
-    if (records_.empty()) {
+    if (!records_ready_) {
+      records_ready_ = true;
       theirs_.assign(size_, CallRecord{});
       for (int j = 0; j < size_; ++j) {
-        if (j == rank_) continue;
+        if (j == rank_ || on_board(j)) continue;
         records_.emplace_back();
         mpi_check(MPI_Recv_init(&theirs_[j], sizeof(CallRecord), MPI_BYTE, j, kRecordTag, comm_, &records_.back()),
                   "MPI_Recv_init");
       }
       for (int j = 0; j < size_; ++j) {
-        if (j == rank_) continue;
+        if (j == rank_ || on_board(j)) continue;
         records_.emplace_back();
         mpi_check(MPI_Send_init(&mine_, sizeof(CallRecord), MPI_BYTE, j, kRecordTag, comm_, &records_.back()),
                   "MPI_Send_init");
@@ -452,20 +427,41 @@ class MpiCommunicator final : public Communicator {
     std::strncpy(mine_.kind, call.kind, sizeof(mine_.kind) - 1);
     mine_.check = call_record_check(mine_);
     theirs_[rank_] = mine_;
+    if (board_) post_call_record(board_->slot(board_rows_[rank_], board_group_, call.number), mine_);
+    if (records_.empty()) return;
     for (int j = 0; j < size_; ++j)
-      if (j != rank_) __atomic_store_n(&theirs_[j].check, uint64_t{0}, __ATOMIC_RELEASE);
+      if (j != rank_ && !on_board(j)) __atomic_store_n(&theirs_[j].check, uint64_t{0}, __ATOMIC_RELEASE);
     mpi_check(MPI_Startall(static_cast<int>(records_.size()), records_.data()), "MPI_Startall");
+  }
+
+  /// Whether member j posts its records on this node's board (rather than sending them).
+  bool on_board(int j) const { return board_ != nullptr && board_rows_[j] >= 0; }
+
+  /// Member j's record of the call in progress, if it has posted or sent it.
+  bool peer_record(int j, CallRecord& out) const {
+    if (j == rank_) {
+      out = mine_;
+      return true;
+    }
+    if (!on_board(j)) return read_call_record(theirs_[j], out);
+    // Its slot may still hold an older call of this group: only this call's record counts.
+    return read_call_record(board_->slot(board_rows_[j], board_group_, mine_.number), out) &&
+           out.number == mine_.number && out.world_rank == world_ranks_[j];
   }
 
   /// The divergence report from the records that have arrived; empty if they all agree. Every
   /// member that has every record builds the same text. `waiting`: asked by the watchdog while this
   /// rank waits in the call (records may still be missing; those members are named as such).
   std::string records_report(bool waiting) const {
+    bool agree = true;  // the common case, without allocating
+    CallRecord r;
+    for (int j = 0; j < size_ && agree; ++j) agree = !peer_record(j, r) || same_call(r, mine_);
+    if (agree) return {};
     std::vector<CallRecord> seen(size_);
     std::vector<bool> arrived(size_, false);
     bool differ = false;
     for (int j = 0; j < size_; ++j) {
-      arrived[j] = j == rank_ ? (seen[j] = mine_, true) : read_call_record(theirs_[j], seen[j]);
+      arrived[j] = peer_record(j, seen[j]);
       if (arrived[j] && !same_call(seen[j], mine_)) differ = true;
     }
     if (!differ) return {};
@@ -509,7 +505,7 @@ class MpiCommunicator final : public Communicator {
     if (!report.empty()) return report;
     std::vector<bool> missing(c.size_, false);
     CallRecord r;
-    for (int j = 0; j < c.size_; ++j) missing[j] = j != c.rank_ && !read_call_record(c.theirs_[j], r);
+    for (int j = 0; j < c.size_; ++j) missing[j] = !c.peer_record(j, r);
     return departure_report(call, missing);
   }
 
@@ -533,11 +529,11 @@ class MpiCommunicator final : public Communicator {
     const Call& call = *static_cast<const Call*>(p);
     const MpiCommunicator& c = *call.comm;
     std::string missing = call.missing;
-    if (missing.empty() && collective_checks().light && !c.records_.empty() && c.mine_.number == call.number) {
+    if (missing.empty() && collective_checks().light && c.records_ready_ && c.mine_.number == call.number) {
       std::string late;  // the light check's records say who has not arrived
       CallRecord r;
       for (int j = 0; j < c.size_; ++j)
-        if (j != c.rank_ && !read_call_record(c.theirs_[j], r))
+        if (!c.peer_record(j, r))
           late += (late.empty() ? "" : ", ") + std::to_string(c.world_ranks_[j]);
       missing = late.empty() ? "every member had reached this call, so one may have died or stalled"
                        : "world rank(s) " + late + " had not reached this call";
@@ -681,8 +677,12 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   int64_t calls_ = 0;
   CallRecord mine_;                   // the light check's record of this member's call in progress
-  std::vector<CallRecord> theirs_;    // the other members' records (this member's own in its slot)
-  std::vector<MPI_Request> records_;  // persistent receives from each peer, then sends to each
+  std::vector<CallRecord> theirs_;    // records sent by members off this node (this member's own in its slot)
+  std::vector<MPI_Request> records_;  // persistent receives from each member off the node, then sends to each
+  bool records_ready_ = false;        // the light check has set up this group's records
+  CallBoard* board_ = nullptr;        // the node's board, when this group has an id on it
+  int board_group_ = -1;              // this group's id on the board
+  std::vector<int> board_rows_;       // each member's row on the board, -1 off this node
   std::vector<char> ring_stage_[2];   // the ring reduction's staging: one block each, kept
 };
 

@@ -106,6 +106,8 @@ class Runtime {
 #endif
     detail::active_backend() = Backend::cpu;
     world_.reset();
+    detail::job_call_board() = nullptr;
+    board_.reset();
     detail::job_watchdog() = nullptr;
     watchdog_.reset();
     if (previous_terminate_set_) std::set_terminate(detail::previous_terminate());
@@ -204,6 +206,10 @@ class Runtime {
     if (checks.timeout_s > 0 || checks.light)
       watchdog_ = std::make_unique<detail::Watchdog>(checks.timeout_s, &detail::abort_job_timed_out, &detail::fail_job);
     detail::job_watchdog() = watchdog_.get();
+    if (int n = 1; checks.light && checks.board && MPI_Comm_size(world, &n) == MPI_SUCCESS && n > 1) {
+      board_ = detail::CallBoard::create(world);  // the light check's records on this node
+      detail::job_call_board() = board_.get();
+    }
     world_ = std::make_unique<detail::MpiCommunicator>(world, "world", std::vector<int>{}, watchdog_.get());
     rank_ = world_->rank();
     size_ = world_->size();
@@ -345,6 +351,7 @@ class Runtime {
   Backend backend_ = Backend::cpu;
   detail::GpuQuery gpus_;
   std::unique_ptr<detail::Watchdog> watchdog_;  // declared first: outlives the communicators using it
+  std::unique_ptr<detail::CallBoard> board_;     // likewise
   std::unique_ptr<detail::MpiCommunicator> world_;
   detail::GroupTable<std::unique_ptr<detail::Communicator>> groups_;
   std::vector<std::function<void()>> shutdown_hooks_;
