@@ -1,8 +1,13 @@
-// slice (static start/stop/step), concatenate and stack. Slicing or joining along a split
-// dimension gathers that dimension first; other dimensions keep their split, so slicing or
-// joining along an unsplit dimension communicates nothing.
+// slice (static start/stop/step), concatenate and stack. A slice keeps its input's spec: a split
+// dimension stays split over the same mesh axes (pieces by the ceil-chunk rule for its new length),
+// and each device receives only the kept elements of its new piece that it does not hold (one
+// all-to-all over the axes of the dimensions where some do; nothing when none do). Its cotangent
+// moves the same elements back. Joining along a split dimension gathers that dimension first; the
+// other dimensions keep their split, so joining along an unsplit dimension communicates nothing.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <dax/array/reshard.hpp>
@@ -10,31 +15,91 @@
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/functors.hpp>
 #include <dax/ops/shape.hpp>
+#include <dax/reshard/slice_exchange.hpp>
 #include <dax/sharding/build.hpp>
 
 namespace dax {
 namespace detail {
 
-/// The cotangent of a unit-step slice: g placed at `lo` inside zeros of `shape` (each device writes
-/// its own piece; the sliced dimensions are unsplit in g, the others split alike).
+/// `box` moved by -lo in every dimension: an input piece in the window's coordinates.
+inline Box shifted_back(Box box, const std::vector<int64_t>& lo) {
+  for (size_t d = 0; d < box.size(); ++d) box[d] = {box[d].start - lo[d], box[d].stop - lo[d]};
+  return box;
+}
+
+/// Runs this device's part of a window exchange (`ex`, over the mesh axes `axes` of `s`'s mesh;
+/// none: nothing moves): copies what it keeps from `src` (laid out as `src_block`, window
+/// coordinates) into `dst` (laid out as `dst_block`), then trades the rest with its group in one
+/// all-to-all, each region in place when it is one contiguous run of its buffer, else packed.
 template <class T>
-DistArray<T> pad_into(const DistArray<T>& g, const Shape& shape, const std::vector<int64_t>& lo) {
-  const NamedSharding& s = g.sharding();
-  if (!g.is_addressable()) return DistArray<T>(shape, s, nullptr);
-  const Box piece = s.device_indices(Runtime::current().rank(), shape);
-  auto buffer = dev::allocate(numel(piece) * sizeof(T));
-  dev::fill(static_cast<T*>(buffer->data()), numel(piece), T(0));
-  if (numel(g.local_index()) > 0) {
-    Box placed = g.local_index();
-    for (size_t d = 0; d < lo.size(); ++d) placed[d] = {placed[d].start + lo[d], placed[d].stop + lo[d]};
-    dev::copy_region(g.local_data().data(), placed, static_cast<T*>(buffer->data()), piece, placed);
+void run_window_exchange(const WindowExchange& ex, const NamedSharding& s, const std::vector<int>& axes,
+                         const T* src, const Box& src_block, T* dst, const Box& dst_block) {
+  dev::copy_region(src, src_block, dst, dst_block, ex.keep);
+  if (axes.empty()) return;
+  Communicator& comm = Runtime::current().group(s.mesh(), axes);
+  const int64_t started = collective_start();
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  int64_t send_staging = 0, recv_staging = 0;
+  const bool send_direct = layout(src_block, ex.send, send_counts, send_displs, send_staging);
+  const bool recv_direct = layout(dst_block, ex.recv, recv_counts, recv_displs, recv_staging);
+  std::shared_ptr<Buffer> send_stage, recv_stage;
+  const T* send = src;
+  T* recv = dst;
+  if (!send_direct) {
+    send_stage = dev::allocate(send_staging * sizeof(T));
+    T* stage = static_cast<T*>(send_stage->data());
+    for (size_t j = 0; j < ex.send.size(); ++j)
+      dev::copy_region(src, src_block, stage + send_displs[j], ex.send[j], ex.send[j]);
+    send = stage;
   }
+  if (!recv_direct) {
+    recv_stage = dev::allocate(recv_staging * sizeof(T));
+    recv = static_cast<T*>(recv_stage->data());
+  }
+  comm.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype_v<T>);
+  if (!recv_direct)
+    for (size_t j = 0; j < ex.recv.size(); ++j)
+      dev::copy_region(recv + recv_displs[j], ex.recv[j], dst, dst_block, ex.recv[j]);
+  count_collective("all_to_all", axes_text(s.mesh(), axes), total(recv_counts) * static_cast<int64_t>(sizeof(T)),
+                   started);
+}
+
+/// The cotangent of a unit-step slice: g placed at `lo` inside zeros of `shape`, laid out like the
+/// slice's input `x_sharding` (unreduced where g is): the slice's exchange reversed, so the
+/// elements of g whose owner in x's layout differs, and only those, move.
+template <class T>
+DistArray<T> pad_into(const DistArray<T>& g_in, const Shape& shape, const std::vector<int64_t>& lo,
+                      const NamedSharding& x_sharding) {
+  const size_t n = shape.size();
+  // g's splits are normally x's already (the slice kept them); bring any other layout to them,
+  // reducing partial sums over an axis that splits x.
+  std::vector<int> unreduced;
+  for (int a : g_in.sharding().unreduced_axes())
+    if (!x_sharding.splits(a)) unreduced.push_back(a);
+  const NamedSharding s = make_sharding(x_sharding.mesh(), dims_of(x_sharding, n), unreduced);
+  const DistArray<T> g = moved_to(g_in, s);
+  if (!g.is_addressable()) return DistArray<T>(shape, s, nullptr);
+  const ProfiledOp profiled("pad", g);
+  const Window w{shape, lo, std::vector<int64_t>(n, 1), g.shape()};
+  const std::vector<int> axes = window_moving_axes(w, s);
+  const int rank = Runtime::current().rank();
+  const Box piece = s.device_indices(rank, shape);
+  auto buffer = dev::allocate(numel(piece) * sizeof(T));
+  T* out = static_cast<T*>(buffer->data());
+  dev::fill(out, numel(piece), T(0));
+  const OpLabel label([&] {
+    return cat("slice's cotangent ", to_string(g.shape()), " into ", to_string(shape), " ", to_string(s.spec()));
+  });
+  run_window_exchange(window_exchange_for(w, s, axes, rank, false), s, axes, g.local_data().data(), g.local_index(),
+                      out, shifted_back(piece, lo));
   return DistArray<T>(shape, s, std::move(buffer));
 }
 
 }  // namespace detail
 
 /// x[start:stop:step] along each dimension (missing entries take the whole dimension; step > 0).
+/// The result keeps x's sharding: each device receives only the kept elements of its new piece
+/// that it does not hold (nothing at all when only unsplit dimensions are sliced).
 template <class T>
 DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, const std::vector<int64_t>& stop,
                    std::vector<int64_t> step = {}) {
@@ -44,7 +109,6 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
   step.resize(start.size(), 1);
   Shape shape = x.shape();
   std::vector<int64_t> lo(n, 0), by(n, 1);
-  NamedSharding s = x.sharding();
   for (size_t d = 0; d < start.size(); ++d) {
     DAX_CHECK(step[d] > 0, "slice: step must be positive, got ", step[d], " for dimension ", d);
     const int64_t a = std::clamp<int64_t>(start[d] < 0 ? start[d] + x.shape()[d] : start[d], 0, x.shape()[d]);
@@ -52,46 +116,67 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
     shape[d] = b > a ? (b - a + step[d] - 1) / step[d] : 0;
     lo[d] = a;
     by[d] = step[d];
-    if (shape[d] != x.shape()[d] || a != 0) s = detail::unsplit(s, n, d);
   }
+  const NamedSharding& s = x.sharding();
   const auto record_slice = [](DistArray<T>& out, const DistArray<T>& x, const std::vector<int64_t>& lo,
                                  const std::vector<int64_t>& by) {
     detail::record("slice", out, [&](auto) {
       for (int64_t b : by)
         DAX_CHECK(b == 1, "slice: no gradient rule for a strided slice (step ", b, "); slice with step 1");
-      return [from = x.shape(), lo](const DistArray<T>& g) {
-        return detail::Cotangents{detail::AnyArray(detail::pad_into(g, from, lo))};
+      return [from = x.shape(), lo, xs = x.sharding()](const DistArray<T>& g) {
+        return detail::Cotangents{detail::AnyArray(detail::pad_into(g, from, lo, xs))};
       };
     }, x);
   };
-  const DistArray<T> in = detail::moved_to(x, s);
-  if (!in.is_addressable()) {
+  if (!x.is_addressable()) {
     DistArray<T> out(shape, s, nullptr);
     record_slice(out, x, lo, by);
     return out;
   }
-  const Box piece = s.device_indices(Runtime::current().rank(), shape);
-  const Box src = in.local_index();
+  const detail::ProfiledOp profiled("slice", x);
+  const detail::Window w{x.shape(), lo, by, shape};
+  const std::vector<int> axes = detail::window_moving_axes(w, s);
+  const int rank = Runtime::current().rank();
+  const Box piece = s.device_indices(rank, shape);
+  const Box src = x.local_index();
   auto buffer = detail::dev::allocate(numel(piece) * sizeof(T));
-  if (numel(piece) == 0) {
-    DistArray<T> out(shape, s, std::move(buffer));
-    record_slice(out, x, lo, by);
-    return out;
+  T* out = static_cast<T*>(buffer->data());
+  // Reads the window's region `region` (result indices, inside what this device holds) of the
+  // local input into a row-major buffer of its shape: one strided read.
+  const auto read_kept = [&](const Box& region, T* to) {
+    if (numel(region) == 0) return;
+    std::vector<int64_t> strides(n);
+    int64_t base = 0, stride = 1;
+    for (size_t d = n; d-- > 0;) {
+      base += (lo[d] + region[d].start * by[d] - src[d].start) * stride;
+      strides[d] = by[d] * stride;
+      stride *= src[d].size();
+    }
+    detail::dev::broadcast_map(to, box_shape(region), {std::move(strides)}, detail::fn::Identity{},
+                               x.local_data().data() + base);
+  };
+  if (axes.empty()) {  // every device holds its whole new piece
+    read_kept(piece, out);
+  } else {
+    const detail::OpLabel label([&] {
+      return detail::cat("slice ", to_string(x.shape()), " ", to_string(dtype_v<T>), " ", to_string(s.spec()), " -> ",
+                         to_string(shape));
+    });
+    const detail::WindowExchange ex = detail::window_exchange_for(w, s, axes, rank, true);
+    bool unit = true;
+    for (int64_t b : by) unit = unit && b == 1;
+    if (unit) {  // the local input is the source as it is: its piece seen in window coordinates
+      detail::run_window_exchange(ex, s, axes, x.local_data().data(), detail::shifted_back(src, lo), out, piece);
+    } else {  // a strided window: the kept elements gathered into one dense block first
+      const Box held = detail::kept_box(src, w);
+      auto kept = detail::dev::allocate(numel(held) * sizeof(T));
+      read_kept(held, static_cast<T*>(kept->data()));
+      detail::run_window_exchange(ex, s, axes, static_cast<const T*>(kept->data()), held, out, piece);
+    }
   }
-  // out[j] = in[lo + (piece.start + j) * step] (indices relative to each piece): one strided read,
-  // its offset and strides in the local input.
-  std::vector<int64_t> strides(n);
-  int64_t base = 0, stride = 1;
-  for (size_t d = n; d-- > 0;) {
-    base += (lo[d] + piece[d].start * by[d] - src[d].start) * stride;
-    strides[d] = by[d] * stride;
-    stride *= src[d].size();
-  }
-  detail::dev::broadcast_map(static_cast<T*>(buffer->data()), box_shape(piece), {std::move(strides)}, detail::fn::Identity{},
-                             in.local_data().data() + base);
-  DistArray<T> out(shape, s, std::move(buffer));
-  record_slice(out, x, lo, by);
-  return out;
+  DistArray<T> out_array(shape, s, std::move(buffer));
+  record_slice(out_array, x, lo, by);
+  return out_array;
 }
 
 /// The arrays joined along `axis` (same mesh; equal shapes elsewhere). The result is laid out like
