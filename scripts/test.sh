@@ -6,6 +6,8 @@
 # bounded libFuzzer run on the sharding model and planner (scripts/fuzz.sh, build-fuzz/);
 # DAX_SKIP_SANITIZERS=1 leaves those two out.
 set -euo pipefail
+# CI's check that the tree builds with no warning (docs/building.md): -Werror on dax's own targets.
+DAX_CMAKE_ARGS="-DDAX_WARNINGS_AS_ERRORS=ON ${DAX_CMAKE_ARGS:-}"
 source "$(dirname "$0")/setup.sh"
 (cd "$DAX_BUILD" && ctest --output-on-failure --timeout 900)
 if [ "${DAX_SKIP_SANITIZERS:-0}" != "1" ]; then
