@@ -16,6 +16,7 @@
 #include <dax/array/dist_array.hpp>
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
+#include <dax/array/reshard_async.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/debug/explain.hpp>
 #include <dax/debug/visualize.hpp>

@@ -48,87 +48,142 @@ T* data_of(const std::shared_ptr<Buffer>& b) {
   return static_cast<T*>(b->data());
 }
 
-/// Runs one step of this rank's program on its piece `in`; returns the new piece.
+/// One step of this rank's program under way: the piece it reads, the new piece, the staging, and
+/// the collective when one was started without waiting (reshard_async).
+struct StepInFlight {
+  std::shared_ptr<Buffer> in, out, send_stage, recv_stage;
+  std::unique_ptr<PendingCollective> pending;
+  bool communicated = false;  // a collective ran or runs (counted in comm_stats when it ends)
+  int64_t started = 0;
+};
+
+/// Starts one step of this rank's program on its piece `in`: everything up to and including its
+/// collective, which `async` starts without waiting. finish_step completes it.
 template <class T>
-std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buffer>& in) {
-  if (p.share) return in;
+StepInFlight start_step(const StepProgram& p, const std::shared_ptr<Buffer>& in, bool async) {
+  StepInFlight f;
+  f.in = in;
+  if (p.share) {
+    f.out = in;
+    return f;
+  }
   const Exchange& ex = p.ex;
-  if (p.view) return make_view(in, p.view_offset * sizeof(T), numel(ex.to_block) * sizeof(T));
+  if (p.view) {
+    f.out = make_view(in, p.view_offset * sizeof(T), numel(ex.to_block) * sizeof(T));
+    return f;
+  }
   const int64_t out_count = p.zero ? static_cast<int64_t>(in->bytes() / sizeof(T)) : numel(ex.to_block);
-  auto out = dev::allocate(out_count * sizeof(T));
-  T* dst = data_of<T>(out);
+  f.out = dev::allocate(out_count * sizeof(T));
+  T* dst = data_of<T>(f.out);
   const T* src = data_of<T>(in);
   if (p.zero) {
     dev::fill(dst, out_count, T(0));
-    return out;
+    return f;
   }
   if (!p.comm) {
     dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
-    return out;
+    return f;
   }
   const DType type = dtype_v<T>;
   const size_t n = ex.members.size();
-  const int64_t started = collective_start();
-  std::shared_ptr<Buffer> send_stage, recv_stage;
-  if (p.send_staging) send_stage = dev::allocate(p.send_staging * sizeof(T));
-  if (p.recv_staging) recv_stage = dev::allocate(p.recv_staging * sizeof(T));
+  f.communicated = true;
+  f.started = collective_start();
+  if (p.send_staging) f.send_stage = dev::allocate(p.send_staging * sizeof(T));
+  if (p.recv_staging) f.recv_stage = dev::allocate(p.recv_staging * sizeof(T));
+  // The step's collective, blocking or started.
+  auto run = [&](auto&& blocking, auto&& start) {
+    if (async)
+      f.pending = start();
+    else
+      blocking();
+  };
   switch (p.kind) {
     case StepKind::all_gather: {
-      if (p.recv_direct) {  // own part first, then every other part lands in place
-        dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
-        p.comm->all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type);
-        break;
-      }
       dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
-      p.comm->exchange(*p.prepared, src, dst);
+      if (p.recv_direct)  // own part first, then every other part lands in place
+        run([&] { p.comm->all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type); },
+            [&] { return p.comm->start_all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type); });
+      else
+        run([&] { p.comm->exchange(*p.prepared, src, dst); },
+            [&] { return p.comm->start_exchange(*p.prepared, src, dst); });
       break;
     }
     case StepKind::all_to_all:
     case StepKind::general_exchange: {
       if (p.prepared) {
         dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
-        p.comm->exchange(*p.prepared, src, dst);
+        run([&] { p.comm->exchange(*p.prepared, src, dst); },
+            [&] { return p.comm->start_exchange(*p.prepared, src, dst); });
         break;
       }
       const T* send = src;
       if (!p.send_direct) {
-        T* stage = data_of<T>(send_stage);
+        T* stage = data_of<T>(f.send_stage);
         for (size_t j = 0; j < n; ++j)
           dev::copy_region(src, ex.from_block, stage + p.send_displs[j], ex.send[j], ex.send[j]);
         send = stage;
       }
-      T* recv = p.recv_direct ? dst : (recv_stage ? data_of<T>(recv_stage) : dst);
+      T* recv = p.recv_direct ? dst : (f.recv_stage ? data_of<T>(f.recv_stage) : dst);
       if (ex.reduce) dev::fill(dst, numel(ex.to_block), T(0));
       dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep,
                        ex.reduce ? CopyMode::add : CopyMode::assign);
-      p.comm->all_to_allv(send, p.send_counts, p.send_displs, recv, p.recv_counts, p.recv_displs, type);
-      if (!p.recv_direct)
-        for (size_t j = 0; j < n; ++j)
-          dev::copy_region(recv + p.recv_displs[j], ex.recv[j], dst, ex.to_block, ex.recv[j],
-                           ex.reduce ? CopyMode::add : CopyMode::assign);
+      run([&] { p.comm->all_to_allv(send, p.send_counts, p.send_displs, recv, p.recv_counts, p.recv_displs, type); },
+          [&] {
+            return p.comm->start_all_to_allv(send, p.send_counts, p.send_displs, recv, p.recv_counts, p.recv_displs,
+                                             type);
+          });
       break;
     }
     case StepKind::reduce_scatter: {
       const T* send = src + p.send_offset;
       if (!p.send_direct) {
-        T* stage = data_of<T>(send_stage);
+        T* stage = data_of<T>(f.send_stage);
         for (size_t j = 0; j < n; ++j) {
           const Box& part = static_cast<int>(j) == ex.self ? ex.keep : ex.send[j];
           dev::copy_region(src, ex.from_block, stage + p.send_displs[j], part, part);
         }
         send = stage;
       }
-      p.comm->reduce_scatter(send, dst, p.send_counts, type, ReduceOp::sum);
+      run([&] { p.comm->reduce_scatter(send, dst, p.send_counts, type, ReduceOp::sum); },
+          [&] { return p.comm->start_reduce_scatter(send, dst, p.send_counts, type, ReduceOp::sum); });
       break;
     }
     case StepKind::all_reduce:
-      p.comm->all_reduce(src, dst, numel(ex.from_block), type, ReduceOp::sum);
+      run([&] { p.comm->all_reduce(src, dst, numel(ex.from_block), type, ReduceOp::sum); },
+          [&] { return p.comm->start_all_reduce(src, dst, numel(ex.from_block), type, ReduceOp::sum); });
       break;
     default:
       fail("reshard: step ", to_string(p.kind), " cannot run as a collective");
   }
-  count_collective(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)), started);
-  return out;
+  return f;
+}
+
+/// Completes a started step: waits for its collective, moves staged parts into place; returns the
+/// new piece.
+template <class T>
+std::shared_ptr<Buffer> finish_step(const StepProgram& p, StepInFlight& f) {
+  if (f.pending) f.pending->wait();
+  f.pending.reset();
+  if (!f.communicated) return std::move(f.out);
+  const Exchange& ex = p.ex;
+  const bool staged_receive = (p.kind == StepKind::all_to_all || p.kind == StepKind::general_exchange) &&
+                              !p.prepared && !p.recv_direct;
+  if (staged_receive) {
+    const T* recv = f.recv_stage ? data_of<T>(f.recv_stage) : data_of<T>(f.out);
+    T* dst = data_of<T>(f.out);
+    for (size_t j = 0; j < ex.members.size(); ++j)
+      dev::copy_region(recv + p.recv_displs[j], ex.recv[j], dst, ex.to_block, ex.recv[j],
+                       ex.reduce ? CopyMode::add : CopyMode::assign);
+  }
+  count_collective(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)), f.started);
+  return std::move(f.out);
+}
+
+/// Runs one step of this rank's program on its piece `in`; returns the new piece.
+template <class T>
+std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buffer>& in) {
+  StepInFlight f = start_step<T>(p, in, false);
+  return finish_step<T>(p, f);
 }
 
 }  // namespace detail

@@ -15,6 +15,24 @@ namespace dax::detail {
 
 enum class ReduceOp { sum, prod, max, min };
 
+/// A collective started without waiting for it (MPI's nonblocking collectives). `test()` lets it
+/// progress and says whether it has finished; `wait()` finishes it (watched like a blocking call).
+/// Its buffers, in and out, must stay alive and untouched until it has finished; destroying an
+/// unfinished one waits for it first. Every member starts the same calls in the same order.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
+/// One that had finished when it was returned: what transports without nonblocking calls give.
+class FinishedCollective final : public PendingCollective {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
 /// A region exchange made ready once (MPI: derived datatypes), run many times.
 class PreparedExchange {
  public:
@@ -52,6 +70,43 @@ class Communicator {
                                                              const Box& recv_block, const std::vector<Box>& recv,
                                                              int64_t item_bytes) = 0;
   virtual void exchange(const PreparedExchange& prepared, const void* send, void* recv) = 0;
+
+  /// The same collectives started without waiting (`start_` + the blocking call's name). A
+  /// transport that has no nonblocking calls runs the blocking one and returns it finished.
+  virtual std::unique_ptr<PendingCollective> start_all_gatherv(const void* send, void* recv,
+                                                               const std::vector<int64_t>& counts,
+                                                               const std::vector<int64_t>& displs, DType type) {
+    all_gatherv(send, recv, counts, displs, type);
+    return std::make_unique<FinishedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_all_to_allv(const void* send, const std::vector<int64_t>& send_counts,
+                                                               const std::vector<int64_t>& send_displs, void* recv,
+                                                               const std::vector<int64_t>& recv_counts,
+                                                               const std::vector<int64_t>& recv_displs, DType type) {
+    all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type);
+    return std::make_unique<FinishedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter(const void* send, void* recv,
+                                                                  const std::vector<int64_t>& counts, DType type,
+                                                                  ReduceOp op) {
+    reduce_scatter(send, recv, counts, type, op);
+    return std::make_unique<FinishedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_all_reduce(const void* send, void* recv, int64_t count, DType type,
+                                                              ReduceOp op) {
+    all_reduce(send, recv, count, type, op);
+    return std::make_unique<FinishedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_send_recv(const void* send, int dst, void* recv, int src,
+                                                             int64_t count, DType type) {
+    send_recv(send, dst, recv, src, count, type);
+    return std::make_unique<FinishedCollective>();
+  }
+  virtual std::unique_ptr<PendingCollective> start_exchange(const PreparedExchange& prepared, const void* send,
+                                                            void* recv) {
+    exchange(prepared, send, recv);
+    return std::make_unique<FinishedCollective>();
+  }
   /// Small host-side metadata from every member (for checks that must fail on all ranks alike).
   virtual std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) = 0;
   /// The communicator of the same members that moves host memory: this one for MPI, the MPI

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -306,6 +307,88 @@ class MpiCommunicator final : public Communicator {
               "MPI_Alltoallw");
   }
 
+  // The nonblocking calls. Checked as they start, exactly like the blocking ones (their records
+  // name them "... (async)": a member that starts one while another calls the blocking form is a
+  // divergence MPI could not match); only the wait is watched for a timeout, so work done between
+  // start and wait never counts against DAX_TIMEOUT_S.
+  std::unique_ptr<PendingCollective> start_all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                                       const std::vector<int64_t>& displs, DType type) override {
+    auto p = std::make_unique<Pending>(*this, "all_gather (async)", total(counts), type);
+    const MPI_Datatype t = mpi_type(type);
+    const auto& c = p->keep(mpi_counts(counts));
+    const auto& d = p->keep(mpi_counts(displs));
+    Guard guard(*this, p->kind, p->count, type);
+    guard.check(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, send ? c[rank_] : 0, t, recv, c.data(), d.data(), t,
+                                comm_, &p->requests[0]),
+                "MPI_Iallgatherv");
+    return p;
+  }
+
+  std::unique_ptr<PendingCollective> start_all_to_allv(const void* send, const std::vector<int64_t>& send_counts,
+                                                       const std::vector<int64_t>& send_displs, void* recv,
+                                                       const std::vector<int64_t>& recv_counts,
+                                                       const std::vector<int64_t>& recv_displs, DType type) override {
+    auto p = std::make_unique<Pending>(*this, "all_to_all (async)", 0, type);
+    const MPI_Datatype t = mpi_type(type);
+    const auto& sc = p->keep(mpi_counts(send_counts));
+    const auto& sd = p->keep(mpi_counts(send_displs));
+    const auto& rc = p->keep(mpi_counts(recv_counts));
+    const auto& rd = p->keep(mpi_counts(recv_displs));
+    Guard guard(*this, p->kind, p->count, type);
+    guard.check(MPI_Ialltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_, &p->requests[0]),
+                "MPI_Ialltoallv");
+    return p;
+  }
+
+  std::unique_ptr<PendingCollective> start_reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                                          DType type, ReduceOp op) override {
+    auto p = std::make_unique<Pending>(*this, "reduce_scatter (async)", total(counts), type);
+    const auto& c = p->keep(mpi_counts(counts));
+    Guard guard(*this, p->kind, p->count, type);
+    if (std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; })) {
+      guard.check(MPI_Ireduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op, type), comm_, &p->requests[0]),
+                  "MPI_Ireduce_scatter_block");
+      return p;
+    }
+    guard.check(MPI_Ireduce_scatter(send, recv, c.data(), mpi_type(type), mpi_op(op, type), comm_, &p->requests[0]),
+                "MPI_Ireduce_scatter");
+    return p;
+  }
+
+  std::unique_ptr<PendingCollective> start_all_reduce(const void* send, void* recv, int64_t count, DType type,
+                                                      ReduceOp op) override {
+    auto p = std::make_unique<Pending>(*this, "all_reduce (async)", count, type);
+    Guard guard(*this, p->kind, p->count, type);
+    guard.check(MPI_Iallreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type), mpi_op(op, type),
+                               comm_, &p->requests[0]),
+                "MPI_Iallreduce");
+    return p;
+  }
+
+  std::unique_ptr<PendingCollective> start_send_recv(const void* send, int dst, void* recv, int src, int64_t count,
+                                                     DType type) override {
+    auto p = std::make_unique<Pending>(*this, "send_recv (async)", count, type);
+    const MPI_Datatype t = mpi_type(type);
+    const int n = mpi_count(count);
+    Guard guard(*this, p->kind, p->count, type);
+    guard.check(MPI_Irecv(recv, src < 0 ? 0 : n, t, src < 0 ? MPI_PROC_NULL : src, 0, comm_, &p->requests[0]),
+                "MPI_Irecv");
+    guard.check(MPI_Isend(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, comm_, &p->requests[1]),
+                "MPI_Isend");
+    return p;
+  }
+
+  std::unique_ptr<PendingCollective> start_exchange(const PreparedExchange& prepared, const void* send,
+                                                    void* recv) override {
+    const auto& x = static_cast<const MpiRegionExchange&>(prepared);  // its arrays outlive the call (the plan holds it)
+    auto p = std::make_unique<Pending>(*this, "exchange (async)", 0, DType::int64);
+    Guard guard(*this, p->kind, p->count, p->type);
+    guard.check(MPI_Ialltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
+                               x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_, &p->requests[0]),
+                "MPI_Ialltoallw");
+    return p;
+  }
+
   std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) override {
     Guard guard(*this, "all_gather_host", static_cast<int64_t>(mine.size()), DType::int64);
     std::vector<int64_t> all(mine.size() * size_);
@@ -398,6 +481,42 @@ class MpiCommunicator final : public Communicator {
     Call call_;
     bool light_ = false;
     std::optional<Watched> watched_;
+  };
+
+  /// A nonblocking call in flight: its requests, and the counts and displacements MPI reads
+  /// until it finishes.
+  class Pending final : public PendingCollective {
+   public:
+    Pending(MpiCommunicator& c, const char* kind_, int64_t count_, DType type_)
+        : kind(kind_), count(count_), type(type_), comm_(c) {}
+    ~Pending() override {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!done_ && !finalized) MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);  // MPI must not write freed memory
+    }
+    bool test() override {
+      if (done_) return true;
+      int flag = 0;
+      mpi_check(MPI_Testall(2, requests, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+      return done_ = flag != 0;
+    }
+    void wait() override {
+      if (done_) return;
+      const auto watched = comm_.guard(kind, count, type, false);  // watched for a timeout, not numbered
+      mpi_check(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+      done_ = true;
+    }
+    const std::vector<int>& keep(std::vector<int> v) { return kept_.emplace_back(std::move(v)); }
+
+    const char* kind;
+    int64_t count;
+    DType type;
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+
+   private:
+    MpiCommunicator& comm_;
+    std::deque<std::vector<int>> kept_;  // a deque: what keep() returned stays where it is
+    bool done_ = false;
   };
 
   /// Fills this member's record and posts it: on the node's board for the members there, as a
