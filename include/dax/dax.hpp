@@ -17,6 +17,7 @@
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
 #include <dax/array/reshard_async.hpp>
+#include <dax/array/prefetch.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/debug/explain.hpp>
 #include <dax/debug/visualize.hpp>

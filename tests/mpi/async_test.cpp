@@ -206,3 +206,46 @@ TEST_CASE("reshard_async's gradient is reshard's", "[async]") {
     CHECK(a[i] == Approx(2 * w_host[i] * host[i]).epsilon(1e-12));  // d/dx sum(w x^2) = 2 w x
   }
 }
+
+TEST_CASE("prefetch gathers FSDP weights one ahead: values, gradients and bytes as without it", "[async]") {
+  const int n = dax::test::world_size();
+  const dax::Mesh mesh({n}, {"data"});
+  const dax::NamedSharding rows(mesh, dax::P("data", dax::none)), whole(mesh, dax::P());
+  const std::vector<int64_t> widths{5, int64_t(n + 3), 7, 3};
+  std::vector<dax::DistArray<double>> w;
+  for (size_t l = 0; l + 1 < widths.size(); ++l)
+    w.push_back(dax::device_put(fresh<double>(widths[l] * widths[l + 1], 30 + l), {widths[l], widths[l + 1]}, rows));
+  const dax::Shape x_shape{int64_t(2 * n + 1), widths[0]};
+  const auto x = dax::device_put(fresh<double>(dax::numel(x_shape), 40), x_shape, rows);
+  auto layers = [&](const std::vector<dax::DistArray<double>>& ws, auto&& weight) {
+    auto a = x;
+    for (size_t l = 0; l < ws.size(); ++l) a = dax::tanh(dax::matmul(a, weight(l)));
+    return dax::sum(a * a);
+  };
+  auto prefetched = [&](const std::vector<dax::DistArray<double>>& ws) {
+    auto gathered = dax::prefetch(ws, whole, 2);
+    auto loss = layers(ws, [&](size_t) { return gathered.next(); });
+    CHECK(gathered.remaining() == 0u);
+    return loss;
+  };
+  auto plain = [&](const std::vector<dax::DistArray<double>>& ws) {
+    return layers(ws, [&](size_t l) { return dax::reshard(ws[l], whole); });
+  };
+  dax::comm_stats().reset();
+  const auto [v1, g1] = dax::value_and_grad(prefetched)(w);
+  const int64_t prefetched_bytes = dax::comm_stats().total_bytes();
+  dax::comm_stats().reset();
+  const auto [v0, g0] = dax::value_and_grad(plain)(w);
+  const int64_t plain_bytes = dax::comm_stats().total_bytes();
+  CHECK(v1.to_host()[0] == Approx(v0.to_host()[0]).epsilon(1e-12));
+  for (size_t l = 0; l < w.size(); ++l) {
+    CHECK(g1[l].sharding() == rows);
+    const auto a = g1[l].to_host(), b = g0[l].to_host();
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-10));
+  }
+  CHECK(prefetched_bytes == plain_bytes);  // the same gathers and reduce-scatters, started earlier
+  if (n > 1) CHECK(plain_bytes > 0);
+  auto empty = dax::prefetch(std::vector<dax::DistArray<double>>{}, whole);
+  CHECK(empty.remaining() == 0u);
+  CHECK_THROWS_AS(empty.next(), dax::Error);
+}

@@ -15,6 +15,7 @@
 #include <dax/backend/device_ops.hpp>
 #include <dax/backend/memory_stats.hpp>
 #include <dax/comm/comm_stats.hpp>
+#include <dax/comm/in_flight.hpp>
 #include <dax/core/dtype.hpp>
 #include <dax/sharding/named_sharding.hpp>
 
@@ -133,6 +134,7 @@ class ProfiledOp {
  public:
   template <class... In>
   explicit ProfiledOp(const char* name, const DistArray<In>&... inputs) {
+    progress_in_flight();  // transfers started by reshard_async move on while ops run
     log_ = active_profile();
     if (log_ == nullptr) return;
     name_ = name;

@@ -22,6 +22,7 @@
 #include <dax/comm/call_board.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/communicator.hpp>
+#include <dax/comm/in_flight.hpp>
 #include <dax/comm/mpi_check.hpp>
 #include <dax/comm/mpi_float16.hpp>
 #include <dax/core/error.hpp>
@@ -488,8 +489,11 @@ class MpiCommunicator final : public Communicator {
   class Pending final : public PendingCollective {
    public:
     Pending(MpiCommunicator& c, const char* kind_, int64_t count_, DType type_)
-        : kind(kind_), count(count_), type(type_), comm_(c) {}
+        : kind(kind_), count(count_), type(type_), comm_(c) {
+      in_flight().push_back(this);  // dax's ops progress it (comm/in_flight.hpp)
+    }
     ~Pending() override {
+      leave_in_flight(this);
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (!done_ && !finalized) MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);  // MPI must not write freed memory
@@ -498,13 +502,14 @@ class MpiCommunicator final : public Communicator {
       if (done_) return true;
       int flag = 0;
       mpi_check(MPI_Testall(2, requests, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
-      return done_ = flag != 0;
+      if (flag) finished();
+      return done_;
     }
     void wait() override {
       if (done_) return;
       const auto watched = comm_.guard(kind, count, type, false);  // watched for a timeout, not numbered
       mpi_check(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
-      done_ = true;
+      finished();
     }
     const std::vector<int>& keep(std::vector<int> v) { return kept_.emplace_back(std::move(v)); }
 
@@ -514,6 +519,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 
    private:
+    void finished() {
+      done_ = true;
+      leave_in_flight(this);
+    }
+
     MpiCommunicator& comm_;
     std::deque<std::vector<int>> kept_;  // a deque: what keep() returned stays where it is
     bool done_ = false;
