@@ -25,6 +25,7 @@
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/matmul.hpp>
+#include <dax/ops/collective_matmul.hpp>
 #include <dax/ops/set_cost_model.hpp>
 #include <dax/ops/shape.hpp>
 #include <dax/ops/random.hpp>
