@@ -1,9 +1,9 @@
 // Slicing a split dimension (issue 21): the result keeps the input's spec, its values equal a plain
 // loop on the global array, and each device receives exactly the kept elements of its new piece it
-// did not hold (counted element by element here), on every mesh that fits, with uneven lengths,
-// windows at and across piece boundaries, empty and strided windows, partial sums; the gradient
-// through a slice against central differences, the same under two shardings, its bytes the
-// reverse exchange's.
+// did not hold (counted element by element here, and what explain_slice reports), on every mesh
+// that fits, with uneven lengths, windows at and across piece boundaries, empty and strided
+// windows, partial sums; the gradient through a slice against central differences, the same under
+// two shardings, its bytes the reverse exchange's; each window's exchange built once and reused.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -130,6 +130,13 @@ void check_slice(const Shape& shape, const NamedSharding& s, const Window& w, st
     mine.assign(own.begin(), own.end());
   }
   const auto x = dax::from_local(mine, shape, s);
+  // explain_slice names the most any device receives (pure: every rank may ask).
+  int64_t most = 0;
+  for (int device : mesh.devices()) most = std::max(most, forward_lower_bound(shape, w, s, device));
+  const std::string explained = dax::explain_slice(x, w.start, w.stop, w.step);
+  INFO(explained);
+  CHECK(explained.find(most ? std::to_string(most * int64_t(sizeof(float))) + " bytes/device" : "no communication") !=
+        std::string::npos);
   dax::comm_stats().reset();
   const auto y = dax::slice(x, w.start, w.stop, w.step);
   const int64_t bytes = dax::comm_stats().total_bytes();
@@ -217,6 +224,41 @@ TEST_CASE("rows 3:13 of a (16, 4) float array split 4 ways: the kept rows, not t
   CHECK(bytes == want[dax::test::world_rank()]);
   CHECK(dax::comm_stats().of("all_to_all", "('x',)").bytes == want[dax::test::world_rank()]);
   CHECK(y.to_host() == std::vector<float>(h.begin() + 12, h.begin() + 52));
+  CHECK(dax::explain_slice(x, {3}, {13}) ==
+        "slice (16, 4) P('x') [3:13, 0:4] -> (10, 4) P('x'): all_to_all over ('x',): 32 bytes/device (the most one "
+        "device receives: its lower bound)\n");
+  CHECK(dax::explain_slice(x, {0}, {16}, {4}) ==
+        "slice (16, 4) P('x') [0:13:4, 0:4] -> (4, 4) P('x'): no communication (each device holds its new piece)\n");
+}
+
+TEST_CASE("a slice's exchange is built once per window and reused, its cotangent's too", "[ops][slice]") {
+  const Mesh mesh({dax::test::world_size()}, {"x"});
+  const NamedSharding rows(mesh, P("x"));
+  std::vector<float> h(37 * 3);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = float(i);
+  const auto x = dax::device_put(h, {37, 3}, rows);
+  auto& steps = dax::detail::window_steps();
+  const size_t before = steps.size();
+  dax::comm_stats().reset();
+  const auto y = dax::slice(x, {2}, {35});
+  const int64_t bytes = dax::comm_stats().total_bytes();
+  CHECK(steps.size() == before + 1);
+  for (int i = 0; i < 3; ++i) {
+    dax::comm_stats().reset();
+    const auto again = dax::slice(x, {2}, {35});
+    CHECK(dax::comm_stats().total_bytes() == bytes);
+    CHECK(again.local_to_host() == y.local_to_host());
+  }
+  CHECK(steps.size() == before + 1);
+  CHECK(y.to_host() == std::vector<float>(h.begin() + 6, h.begin() + 105));
+  // The cotangent has a step of its own, also built once; its piece is zeros outside the window
+  // every time, though its buffers come back from the allocator as they were left.
+  std::vector<float> padded(h.size(), 0.0f);
+  std::copy(h.begin() + 6, h.begin() + 105, padded.begin() + 6);
+  for (int i = 0; i < 3; ++i) CHECK(dax::detail::pad_into(y, {37, 3}, {2, 0}, rows).to_host() == padded);
+  CHECK(steps.size() == before + 2);
+  (void)dax::slice(x, {3}, {35});
+  CHECK(steps.size() == before + 3);
 }
 
 namespace {

@@ -80,6 +80,7 @@ StepInFlight start_step(const StepProgram& p, const std::shared_ptr<Buffer>& in,
     dev::fill(dst, out_count, T(0));
     return f;
   }
+  if (p.starts_zeroed) dev::fill(dst, out_count, T(0));
   if (!p.comm) {
     dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
     return f;

@@ -25,6 +25,7 @@ struct StepProgram {
   bool view = false;             // the new piece is a contiguous run of the old one: no copy
   int64_t view_offset = 0;
   bool zero = false;             // the device ends with zeros (make_unreduced off coordinate 0)
+  bool starts_zeroed = false;    // the new piece is zeros where the exchange writes nothing (a pad)
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
   bool send_direct = false;      // send regions used in place in the source buffer
   bool recv_direct = false;      // receive regions land in place in the target buffer
@@ -69,6 +70,21 @@ inline bool layout(const Box& block, const std::vector<Box>& regions, std::vecto
   return true;
 }
 
+/// The part of a step that talks to its group: the group's communicator and what this device
+/// receives in it (counted in comm_stats).
+inline void join_group(StepProgram& p, const Mesh& mesh, const std::vector<int>& axes, Runtime& rt) {
+  p.comm = &rt.group(mesh, axes);
+  p.received = received_elements(p.ex);
+}
+
+/// An all-to-all's counts, displacements and staging for its exchange: each side in place when all
+/// its regions are contiguous runs of its block, else packed. Each device decides its own sides:
+/// the collective is the same either way.
+inline void lay_out_all_to_all(StepProgram& p) {
+  p.send_direct = layout(p.ex.from_block, p.ex.send, p.send_counts, p.send_displs, p.send_staging);
+  p.recv_direct = layout(p.ex.to_block, p.ex.recv, p.recv_counts, p.recv_displs, p.recv_staging);
+}
+
 /// Whether every member of this device's group sends and receives only contiguous runs. The
 /// group must agree on it: it decides which collective they all call. Decided from the step's
 /// specs (never by visiting every member's exchange, which would cost O(P^2) on a large group).
@@ -98,8 +114,7 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
     p.view_offset = p.view && numel(ex.to_block) ? offset_in(ex.from_block, ex.to_block) : 0;
     return p;
   }
-  p.comm = &rt.group(step.from.mesh(), step.axes);
-  p.received = received_elements(ex);
+  join_group(p, step.from.mesh(), step.axes, rt);
   const size_t n = ex.members.size();
   switch (step.kind) {
     case StepKind::all_gather: {
@@ -115,8 +130,7 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
     }
     case StepKind::all_to_all:
     case StepKind::general_exchange:
-      p.send_direct = layout(ex.from_block, ex.send, p.send_counts, p.send_displs, p.send_staging);
-      p.recv_direct = layout(ex.to_block, ex.recv, p.recv_counts, p.recv_displs, p.recv_staging);
+      lay_out_all_to_all(p);
       if (ex.reduce && p.recv_direct) {  // received partials are summed in from staging
         p.recv_direct = false;
         p.recv_staging = packed(p.recv_counts, p.recv_displs);
@@ -160,18 +174,25 @@ inline ReshardProgram build_program(const ReshardPlan& plan, int device, int64_t
   return program;
 }
 
-/// The process's cache of plans with this rank's programs (they hold the runtime's
-/// communicators): cleared when that runtime shuts down, and tied to each new runtime in turn.
+/// `cache` (process-wide, never destroyed, holding programs with the runtime's communicators)
+/// tied to the current runtime: cleared when that runtime shuts down, and when a new one is first
+/// seen (`tied_to`: the generation it was last tied to).
+template <class Cache>
+Cache& tied_to_runtime(Cache& cache, uint64_t& tied_to) {
+  Runtime& rt = Runtime::current();
+  if (rt.generation() != tied_to) {
+    cache.clear();
+    tied_to = rt.generation();
+    rt.at_shutdown([&cache] { cache.clear(); });
+  }
+  return cache;
+}
+
+/// The process's cache of plans with this rank's programs.
 inline PlanCache<ReshardProgram>& reshard_programs() {
   static auto* cache = new PlanCache<ReshardProgram>();
   static uint64_t tied_to = 0;
-  Runtime& rt = Runtime::current();
-  if (rt.generation() != tied_to) {
-    cache->clear();
-    tied_to = rt.generation();
-    rt.at_shutdown([] { cache->clear(); });
-  }
-  return *cache;
+  return tied_to_runtime(*cache, tied_to);
 }
 
 }  // namespace dax::detail

@@ -6,11 +6,13 @@
 // other dimensions keep their split, so joining along an unsplit dimension communicates nothing.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <dax/array/reshard.hpp>
+#include <dax/array/slice_program.hpp>
 #include <dax/array/trace.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/functors.hpp>
@@ -20,49 +22,6 @@
 
 namespace dax {
 namespace detail {
-
-/// `box` moved by -lo in every dimension: an input piece in the window's coordinates.
-inline Box shifted_back(Box box, const std::vector<int64_t>& lo) {
-  for (size_t d = 0; d < box.size(); ++d) box[d] = {box[d].start - lo[d], box[d].stop - lo[d]};
-  return box;
-}
-
-/// Runs this device's part of a window exchange (`ex`, over the mesh axes `axes` of `s`'s mesh;
-/// none: nothing moves): copies what it keeps from `src` (laid out as `src_block`, window
-/// coordinates) into `dst` (laid out as `dst_block`), then trades the rest with its group in one
-/// all-to-all, each region in place when it is one contiguous run of its buffer, else packed.
-template <class T>
-void run_window_exchange(const WindowExchange& ex, const NamedSharding& s, const std::vector<int>& axes,
-                         const T* src, const Box& src_block, T* dst, const Box& dst_block) {
-  dev::copy_region(src, src_block, dst, dst_block, ex.keep);
-  if (axes.empty()) return;
-  Communicator& comm = Runtime::current().group(s.mesh(), axes);
-  const int64_t started = collective_start();
-  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
-  int64_t send_staging = 0, recv_staging = 0;
-  const bool send_direct = layout(src_block, ex.send, send_counts, send_displs, send_staging);
-  const bool recv_direct = layout(dst_block, ex.recv, recv_counts, recv_displs, recv_staging);
-  std::shared_ptr<Buffer> send_stage, recv_stage;
-  const T* send = src;
-  T* recv = dst;
-  if (!send_direct) {
-    send_stage = dev::allocate(send_staging * sizeof(T));
-    T* stage = static_cast<T*>(send_stage->data());
-    for (size_t j = 0; j < ex.send.size(); ++j)
-      dev::copy_region(src, src_block, stage + send_displs[j], ex.send[j], ex.send[j]);
-    send = stage;
-  }
-  if (!recv_direct) {
-    recv_stage = dev::allocate(recv_staging * sizeof(T));
-    recv = static_cast<T*>(recv_stage->data());
-  }
-  comm.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype_v<T>);
-  if (!recv_direct)
-    for (size_t j = 0; j < ex.recv.size(); ++j)
-      dev::copy_region(recv + recv_displs[j], ex.recv[j], dst, dst_block, ex.recv[j]);
-  count_collective("all_to_all", axes_text(s.mesh(), axes), total(recv_counts) * static_cast<int64_t>(sizeof(T)),
-                   started);
-}
 
 /// The cotangent of a unit-step slice: g placed at `lo` inside zeros of `shape`, laid out like the
 /// slice's input `x_sharding` (unreduced where g is): the slice's exchange reversed, so the
@@ -80,19 +39,31 @@ DistArray<T> pad_into(const DistArray<T>& g_in, const Shape& shape, const std::v
   const DistArray<T> g = moved_to(g_in, s);
   if (!g.is_addressable()) return DistArray<T>(shape, s, nullptr);
   const ProfiledOp profiled("pad", g);
-  const Window w{shape, lo, std::vector<int64_t>(n, 1), g.shape()};
-  const std::vector<int> axes = window_moving_axes(w, s);
-  const int rank = Runtime::current().rank();
-  const Box piece = s.device_indices(rank, shape);
-  auto buffer = dev::allocate(numel(piece) * sizeof(T));
-  T* out = static_cast<T*>(buffer->data());
-  dev::fill(out, numel(piece), T(0));
+  const auto program = window_step(Window{shape, lo, std::vector<int64_t>(n, 1), g.shape()}, s, false, sizeof(T));
   const OpLabel label([&] {
     return cat("slice's cotangent ", to_string(g.shape()), " into ", to_string(shape), " ", to_string(s.spec()));
   });
-  run_window_exchange(window_exchange_for(w, s, axes, rank, false), s, axes, g.local_data().data(), g.local_index(),
-                      out, shifted_back(piece, lo));
-  return DistArray<T>(shape, s, std::move(buffer));
+  return DistArray<T>(shape, s, run_step<T>(*program, g.buffer()));
+}
+
+/// The window x[start:stop:step] takes of an array of shape `whole` (missing entries take the whole
+/// dimension; negative indices count from its end; bounds are clamped to it; step > 0).
+inline Window slice_window(const Shape& whole, const std::vector<int64_t>& start, const std::vector<int64_t>& stop,
+                           std::vector<int64_t> step) {
+  const size_t n = whole.size();
+  DAX_CHECK(start.size() <= n && stop.size() == start.size(), "slice: ", start.size(), " starts and ", stop.size(),
+            " stops for an array of rank ", n);
+  step.resize(start.size(), 1);
+  Window w{whole, std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 1), whole};
+  for (size_t d = 0; d < start.size(); ++d) {
+    DAX_CHECK(step[d] > 0, "slice: step must be positive, got ", step[d], " for dimension ", d);
+    const int64_t a = std::clamp<int64_t>(start[d] < 0 ? start[d] + whole[d] : start[d], 0, whole[d]);
+    const int64_t b = std::clamp<int64_t>(stop[d] < 0 ? stop[d] + whole[d] : stop[d], 0, whole[d]);
+    w.shape[d] = b > a ? (b - a + step[d] - 1) / step[d] : 0;
+    w.lo[d] = a;
+    w.step[d] = step[d];
+  }
+  return w;
 }
 
 }  // namespace detail
@@ -104,19 +75,10 @@ template <class T>
 DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, const std::vector<int64_t>& stop,
                    std::vector<int64_t> step = {}) {
   const size_t n = x.ndim();
-  DAX_CHECK(start.size() <= n && stop.size() == start.size(), "slice: ", start.size(), " starts and ", stop.size(),
-            " stops for an array of rank ", n);
-  step.resize(start.size(), 1);
-  Shape shape = x.shape();
-  std::vector<int64_t> lo(n, 0), by(n, 1);
-  for (size_t d = 0; d < start.size(); ++d) {
-    DAX_CHECK(step[d] > 0, "slice: step must be positive, got ", step[d], " for dimension ", d);
-    const int64_t a = std::clamp<int64_t>(start[d] < 0 ? start[d] + x.shape()[d] : start[d], 0, x.shape()[d]);
-    const int64_t b = std::clamp<int64_t>(stop[d] < 0 ? stop[d] + x.shape()[d] : stop[d], 0, x.shape()[d]);
-    shape[d] = b > a ? (b - a + step[d] - 1) / step[d] : 0;
-    lo[d] = a;
-    by[d] = step[d];
-  }
+  const detail::Window w = detail::slice_window(x.shape(), start, stop, std::move(step));
+  const Shape& shape = w.shape;
+  const std::vector<int64_t>& lo = w.lo;
+  const std::vector<int64_t>& by = w.step;
   const NamedSharding& s = x.sharding();
   const auto record_slice = [](DistArray<T>& out, const DistArray<T>& x, const std::vector<int64_t>& lo,
                                  const std::vector<int64_t>& by) {
@@ -134,17 +96,14 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
     return out;
   }
   const detail::ProfiledOp profiled("slice", x);
-  const detail::Window w{x.shape(), lo, by, shape};
-  const std::vector<int> axes = detail::window_moving_axes(w, s);
-  const int rank = Runtime::current().rank();
-  const Box piece = s.device_indices(rank, shape);
-  const Box src = x.local_index();
-  auto buffer = detail::dev::allocate(numel(piece) * sizeof(T));
-  T* out = static_cast<T*>(buffer->data());
+  const auto program = detail::window_step(w, s, true, sizeof(T));
+  const detail::Exchange& ex = program->ex;
+  const Box& src = x.local_index();
   // Reads the window's region `region` (result indices, inside what this device holds) of the
-  // local input into a row-major buffer of its shape: one strided read.
-  const auto read_kept = [&](const Box& region, T* to) {
-    if (numel(region) == 0) return;
+  // local input into a new row-major buffer of its shape: one strided read.
+  const auto read_kept = [&](const Box& region) {
+    auto to = detail::dev::allocate(numel(region) * sizeof(T));
+    if (numel(region) == 0) return to;
     std::vector<int64_t> strides(n);
     int64_t base = 0, stride = 1;
     for (size_t d = n; d-- > 0;) {
@@ -152,27 +111,21 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
       strides[d] = by[d] * stride;
       stride *= src[d].size();
     }
-    detail::dev::broadcast_map(to, box_shape(region), {std::move(strides)}, detail::fn::Identity{},
-                               x.local_data().data() + base);
+    detail::dev::broadcast_map(static_cast<T*>(to->data()), box_shape(region), {std::move(strides)},
+                               detail::fn::Identity{}, x.local_data().data() + base);
+    return to;
   };
-  if (axes.empty()) {  // every device holds its whole new piece
-    read_kept(piece, out);
+  std::shared_ptr<detail::Buffer> buffer;
+  if (!program->comm) {  // every device holds its whole new piece
+    buffer = read_kept(ex.to_block);
   } else {
     const detail::OpLabel label([&] {
       return detail::cat("slice ", to_string(x.shape()), " ", to_string(dtype_v<T>), " ", to_string(s.spec()), " -> ",
                          to_string(shape));
     });
-    const detail::WindowExchange ex = detail::window_exchange_for(w, s, axes, rank, true);
-    bool unit = true;
-    for (int64_t b : by) unit = unit && b == 1;
-    if (unit) {  // the local input is the source as it is: its piece seen in window coordinates
-      detail::run_window_exchange(ex, s, axes, x.local_data().data(), detail::shifted_back(src, lo), out, piece);
-    } else {  // a strided window: the kept elements gathered into one dense block first
-      const Box held = detail::kept_box(src, w);
-      auto kept = detail::dev::allocate(numel(held) * sizeof(T));
-      read_kept(held, static_cast<T*>(kept->data()));
-      detail::run_window_exchange(ex, s, axes, static_cast<const T*>(kept->data()), held, out, piece);
-    }
+    // With unit steps the local input is the exchange's source as it is; a strided window's kept
+    // elements are gathered into one dense block first (the step's from_block).
+    buffer = detail::run_step<T>(*program, detail::unit_step(w) ? x.buffer() : read_kept(ex.from_block));
   }
   DistArray<T> out_array(shape, s, std::move(buffer));
   record_slice(out_array, x, lo, by);

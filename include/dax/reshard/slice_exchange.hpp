@@ -1,7 +1,7 @@
 // The exchange behind slicing a split dimension. The slice keeps its input's spec, so each device
 // receives, from the devices that hold them, only the kept elements of its new piece that it does
 // not hold already (the lower bound); the slice's cotangent (pad) is the same exchange reversed.
-// Pure: every box is in the window's coordinates (the slice result's indices).
+// Pure: an ordinary step's Exchange, every box in the window's coordinates (the result's indices).
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <dax/core/shape.hpp>
+#include <dax/reshard/exchange.hpp>
 #include <dax/sharding/chunk.hpp>
 #include <dax/sharding/mesh.hpp>
 #include <dax/sharding/named_sharding.hpp>
@@ -21,7 +22,15 @@ struct Window {
   Shape whole;
   std::vector<int64_t> lo, step;
   Shape shape;
+  friend bool operator==(const Window&, const Window&) = default;
 };
+
+/// Whether every step is 1: the window is then one box of the input, moved by -lo.
+inline bool unit_step(const Window& w) {
+  for (int64_t b : w.step)
+    if (b != 1) return false;
+  return true;
+}
 
 /// Of the input indices `rows`, the result indices j whose input index lo + j * step they hold.
 inline Slice kept_rows(const Slice& rows, int64_t lo, int64_t step, int64_t len) {
@@ -38,6 +47,19 @@ inline Box kept_box(const Box& piece, const Window& w) {
   Box out(piece.size());
   for (size_t d = 0; d < piece.size(); ++d) out[d] = kept_rows(piece[d], w.lo[d], w.step[d], w.shape[d]);
   return out;
+}
+
+/// `box` moved by -lo in every dimension: an input piece in the window's coordinates.
+inline Box shifted_back(Box box, const std::vector<int64_t>& lo) {
+  for (size_t d = 0; d < box.size(); ++d) box[d] = {box[d].start - lo[d], box[d].stop - lo[d]};
+  return box;
+}
+
+/// The block an input piece's buffer covers in the window's coordinates. With unit steps it is the
+/// piece as it is (moved by -lo), so the exchange reads or writes it in place; a strided window's
+/// kept elements are no box there, so the slice gathers them into a dense block of their own first.
+inline Box input_block(const Box& piece, const Window& w) {
+  return unit_step(w) ? shifted_back(piece, w.lo) : kept_box(piece, w);
 }
 
 /// The mesh axes over which elements move when both the input (shape w.whole) and the result
@@ -67,27 +89,23 @@ inline std::vector<int> window_moving_axes(const Window& w, const NamedSharding&
 }
 
 /// One device's part in moving the window between pieces of the input and of the result (both
-/// laid out by the spec of `s`) over the group of mesh axes `axes`. `into_window`: the slice
-/// (sources are the input pieces' kept parts, targets the result's pieces); otherwise its
-/// reverse, the pad (sources are the result-shaped pieces, targets the input pieces' kept parts).
-struct WindowExchange {
-  std::vector<int> members;  // device ids of the group, in communicator rank order
-  int self = 0;              // this device's position in `members`
-  Box keep;                  // what it copies from its own source piece into its own target piece
-  std::vector<Box> send;     // send[j]: region for member j (empty for self)
-  std::vector<Box> recv;     // recv[j]: region from member j (empty for self)
-};
-
-inline WindowExchange window_exchange_for(const Window& w, const NamedSharding& s, const std::vector<int>& axes,
-                                          int device, bool into_window) {
+/// laid out by the spec of `s`) over the group of mesh axes `axes`. `into_window`: the slice, from
+/// the input's block (input_block) into the result's piece; otherwise its reverse, the pad, from the
+/// result's piece into the input's block. Either way only kept elements move: the input side's
+/// regions are cut from the kept part of its piece, never from the rows outside the window.
+inline Exchange window_exchange_for(const Window& w, const NamedSharding& s, const std::vector<int>& axes,
+                                    int device, bool into_window) {
   const Mesh& mesh = s.mesh();
   const auto held = [&](const std::vector<int64_t>& c) { return kept_box(s.box_at(c, w.whole), w); };
   const auto result = [&](const std::vector<int64_t>& c) { return s.box_at(c, w.shape); };
   const auto source = [&](const std::vector<int64_t>& c) { return into_window ? held(c) : result(c); };
   const auto target = [&](const std::vector<int64_t>& c) { return into_window ? result(c) : held(c); };
-  WindowExchange ex;
+  Exchange ex;
   ex.members = group_members(mesh, axes, device);
   const auto dc = mesh.coords(device);
+  const Box input = input_block(s.box_at(dc, w.whole), w);
+  ex.from_block = into_window ? input : result(dc);
+  ex.to_block = into_window ? result(dc) : input;
   const Box from = source(dc), to = target(dc);
   ex.keep = intersect(from, to);
   ex.send.resize(ex.members.size());
