@@ -6,9 +6,10 @@
 // partial product), the unfused op (reshard then matmul; the split-K matmul left unreduced, then
 // reshard: a reduce-scatter) and the collective one. hidden = (unfused - collective) / comm: 1
 // means the communication cost nothing, 0 that it was not overlapped at all. Then the same for
-// reshard_async of a separate array against a tiled GEMM with ready() between tiles.
+// reshard_async of a separate array against a tiled GEMM with ready() between tiles, and for an
+// FSDP forward (4 layers of (k, k) weights split by rows) with and without dax::prefetch.
 // Usage: mpirun -np 2 --bind-to core overlap_bench [--m 4096] [--k 4096] [--n 4096] [--iters 7]
-//                                                   [--json overlap_bench.json]
+//                                                   [--fsdp-batch 512] [--json overlap_bench.json]
 #include <dax/dax.hpp>
 
 #include "bench_common.hpp"
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
   int64_t m = 4096, k = 4096, n = 4096;
   int iters = 7;
+  int64_t fsdp_batch = 512;
   std::string json = "overlap_bench.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
     else if (flag == "--k") k = std::stoll(argv[i + 1]);
     else if (flag == "--n") n = std::stoll(argv[i + 1]);
     else if (flag == "--iters") iters = std::stoi(argv[i + 1]);
+    else if (flag == "--fsdp-batch") fsdp_batch = std::stoll(argv[i + 1]);
     else if (flag == "--json") json = argv[i + 1];
   }
   const int p = rt.size();
@@ -173,6 +176,42 @@ int main(int argc, char** argv) {
          }},
         iters);
     row.gemm_s = t[0], row.tiled_gemm_s = t[1], row.comm_s = t[2], row.unfused_s = t[3], row.overlapped_s = t[4];
+    table.push_back(row);
+  }
+
+  {  // FSDP forward: each layer's weight (k, k) split by rows, all-gathered for its matmul; the
+     // batch (fsdp_batch, k) split by rows. unfused: reshard then matmul per layer; overlapped:
+     // dax::prefetch, layer l + 1's all-gather in flight while layer l multiplies.
+    const int layers = 4;
+    std::vector<dax::DistArray<float>> shards, gathered;
+    for (int l = 0; l < layers; ++l) {
+      shards.push_back(dax::device_put(filled(k * k, 10 + l), {k, k}, on(dax::P("x"))));
+      gathered.push_back(dax::reshard(shards.back(), on(dax::P())));
+    }
+    const auto x = dax::device_put(filled(fsdp_batch * k, 4), {fsdp_batch, k}, on(dax::P("x")));
+    auto forward = [&](auto&& weight) {
+      auto h = x;
+      for (int l = 0; l < layers; ++l) h = dax::tanh(dax::matmul(h, weight(l)));
+      return h;
+    };
+    Row row;
+    row.name = "FSDP prefetch";
+    const auto t = time_rounds(
+        {[&] { forward([&](int l) { return gathered[l]; }); },
+         [&] {
+           for (int l = 0; l < layers; ++l) dax::reshard(shards[l], on(dax::P()));
+         },
+         [&] { forward([&](int l) { return dax::reshard(shards[l], on(dax::P())); }); },
+         [&] {
+           auto weights = dax::prefetch(shards, on(dax::P()));
+           forward([&](int) { return weights.next(); });
+         }},
+        iters);
+    row.gemm_s = row.tiled_gemm_s = t[0], row.comm_s = t[1], row.unfused_s = t[2], row.overlapped_s = t[3];
+    notes << "# FSDP prefetch: " << layers << " layers of tanh(h @ W), W (" << k << ", " << k
+          << ") split by rows, batch (" << fsdp_batch << ", " << k << ") split by rows; gemm = the forward with\n"
+          << "#   the weights already gathered, comm = the " << layers << " all-gathers, unfused = reshard then matmul,"
+          << " overlapped = dax::prefetch\n";
     table.push_back(row);
   }
 

@@ -95,3 +95,23 @@ TEST_CASE("ppermute of another shape on one rank: every member throws, unpaired 
   if (n > 1) std::fill(want.begin() + 3, want.begin() + 6, 1.0f);
   CHECK(shift(3).to_host() == want);
 }
+
+TEST_CASE("one rank starts a reshard without waiting while the others block: every rank throws", "[divergence]") {
+  const int n = dax::test::world_size();
+  if (n < 2 || !checking()) return;
+  const Mesh mesh({n}, {"x"});
+  const auto x = dax::ones<float>({2 * n}, NamedSharding(mesh, P("x")));
+  const NamedSharding whole(mesh, P());
+  // MPI cannot match a nonblocking collective with a blocking one: the check must catch it first.
+  const std::string error = error_of([&] {
+    if (dax::test::world_rank() == n - 1) dax::reshard_async(x, whole).wait();
+    else dax::reshard(x, whole);
+  });
+  CHECK(error.find("dax: ranks diverged on the group ('x',)") == 0);
+  CHECK(error.find("all_gather (async) of " + std::to_string(2 * n) + " float32 in reshard_async") !=
+        std::string::npos);
+  CHECK(error.find("all_gather of " + std::to_string(2 * n) + " float32 in reshard") != std::string::npos);
+  // Nothing ran: the group goes on, blocking and nonblocking alike.
+  CHECK(dax::reshard(x, whole).to_host() == std::vector<float>(2 * n, 1.0f));
+  CHECK(dax::reshard_async(x, whole).wait().to_host() == std::vector<float>(2 * n, 1.0f));
+}

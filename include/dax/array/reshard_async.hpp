@@ -46,6 +46,8 @@ class PendingArray {
   DistArray<T> wait() {
     if (!state_) return *result_;
     advance(true);
+    DAX_CHECK(!state_->failed, "reshard_async: this reshard failed (its error was thrown by an earlier ready() or "
+              "wait()); it has no result");
     result_ = state_->transposed ? DistArray<T>::swapped_view(state_->x.shape(), state_->target, state_->piece)
                                  : DistArray<T>(state_->x.shape(), state_->target, state_->piece);
     detail::record("reshard", *result_, [&](auto) {
@@ -69,7 +71,7 @@ class PendingArray {
     std::shared_ptr<detail::Buffer> piece;            // the last finished step's piece
     size_t next = 0;                                  // the step to start after the one in flight
     detail::StepInFlight inflight;
-    bool in_flight = false, done = false, transposed = false;
+    bool in_flight = false, done = false, failed = false, transposed = false;
   };
 
   PendingArray() = default;
@@ -87,20 +89,30 @@ class PendingArray {
   /// following ones, until one is still running or all have run.
   void advance(bool block) {
     State& s = *state_;
-    while (!s.done) {
-      if (s.in_flight) {
-        const detail::StepProgram& step = s.program->steps[s.next - 1];
-        if (!block && s.inflight.pending && !s.inflight.pending->test()) return;
-        s.piece = detail::finish_step<T>(step, s.inflight);
-        s.inflight = {};
-        s.in_flight = false;
+    try {
+      while (!s.done) {
+        if (s.in_flight) {
+          const detail::StepProgram& step = s.program->steps[s.next - 1];
+          if (!block && s.inflight.pending && !s.inflight.pending->test()) return;
+          s.piece = detail::finish_step<T>(step, s.inflight);
+          s.inflight = {};
+          s.in_flight = false;
+        }
+        if (s.next == s.program->steps.size()) {
+          s.done = true;
+          return;
+        }
+        s.inflight = detail::start_step<T>(s.program->steps[s.next], s.piece, true);
+        ++s.next;
+        s.in_flight = true;
       }
-      if (s.next == s.program->steps.size()) {
-        s.done = true;
-        return;
-      }
-      s.inflight = detail::start_step<T>(s.program->steps[s.next++], s.piece, true);
-      s.in_flight = true;
+    } catch (...) {
+      // A failed step (a divergence, an MPI error) ends the reshard here, as it ends a blocking
+      // one on the ranks that called that: no later step may start on this rank alone.
+      s.done = s.failed = true;
+      s.inflight = {};
+      s.in_flight = false;
+      throw;
     }
   }
 
