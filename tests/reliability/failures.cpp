@@ -7,6 +7,7 @@
 //   failures std          -- rank 1 throws a std::out_of_range
 //   failures diverge      -- rank 0 sums, rank 1 skips the sum and reshards (another collective
 //                            on the same group)
+//   failures diverge_async -- the last rank starts a reshard without waiting, the others block in it
 //   failures order        -- ranks bring two arrays to the host in different orders
 //   failures leave        -- rank 1 returns from main while rank 0 sums
 //   failures leave_group  -- rank 1 returns from main while rank 0 creates a new group
@@ -39,6 +40,10 @@ int main(int argc, char** argv) {
   } else if (mode == "diverge") {
     if (rt.rank() == 0) sink = sink + dax::sum(x).local_data()[0];
     else sink = sink + dax::reshard(x, dax::NamedSharding(mesh, dax::P())).local_data()[0];
+  } else if (mode == "diverge_async") {  // MPI cannot match a nonblocking collective with a blocking one
+    const dax::NamedSharding whole(mesh, dax::P());
+    if (rt.rank() == n - 1) sink = sink + dax::reshard_async(x, whole).wait().local_data()[0];
+    else sink = sink + dax::reshard(x, whole).local_data()[0];
   } else if (mode == "order") {
     const auto a = dax::ones<float>({2 * n}, dax::NamedSharding(mesh, dax::P("x")));
     const auto b = dax::ones<float>({3 * n}, dax::NamedSharding(mesh, dax::P("x")));

@@ -22,9 +22,27 @@ inline void leave_in_flight(PendingCollective* call) {
 }
 
 /// Lets the transfers in flight progress (a finished one leaves the list as its test() sees it).
+/// An MPI error is kept by the call for its owner's wait(), not thrown into an unrelated op.
 inline void progress_in_flight() {
   auto& calls = in_flight();
-  if (!calls.empty()) calls.front()->test();
+  if (calls.empty()) return;
+  try {
+    calls.front()->test();
+  } catch (...) {
+  }
+}
+
+/// Waits for every call still in flight: the runtime does before it frees its communicators, so
+/// MPI never writes into memory released after it (a handle kept past the runtime finds its
+/// call finished). Errors stay with the calls, as above.
+inline void finish_in_flight() noexcept {
+  const std::vector<PendingCollective*> calls = in_flight();  // waiting removes them from the list
+  for (PendingCollective* call : calls) {
+    try {
+      call->wait();
+    } catch (...) {
+    }
+  }
 }
 
 }  // namespace dax::detail

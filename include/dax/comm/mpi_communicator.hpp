@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -314,14 +315,15 @@ class MpiCommunicator final : public Communicator {
   // start and wait never counts against DAX_TIMEOUT_S.
   std::unique_ptr<PendingCollective> start_all_gatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
                                                        const std::vector<int64_t>& displs, DType type) override {
-    auto p = std::make_unique<Pending>(*this, "all_gather (async)", total(counts), type);
     const MPI_Datatype t = mpi_type(type);
-    const auto& c = p->keep(mpi_counts(counts));
-    const auto& d = p->keep(mpi_counts(displs));
-    Guard guard(*this, p->kind, p->count, type);
-    guard.check(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, send ? c[rank_] : 0, t, recv, c.data(), d.data(), t,
-                                comm_, &p->requests[0]),
-                "MPI_Iallgatherv");
+    auto c = mpi_counts(counts), d = mpi_counts(displs);  // refused before the call is numbered
+    Guard guard(*this, "all_gather (async)", total(counts), type);
+    auto p = std::make_unique<Pending>(*this, guard);
+    const int* cs = p->keep(std::move(c));
+    const int* ds = p->keep(std::move(d));
+    guard.check_started(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, send ? cs[rank_] : 0, t, recv, cs, ds, t, comm_,
+                                        &p->requests[0]),
+                        "MPI_Iallgatherv");
     return p;
   }
 
@@ -329,64 +331,68 @@ class MpiCommunicator final : public Communicator {
                                                        const std::vector<int64_t>& send_displs, void* recv,
                                                        const std::vector<int64_t>& recv_counts,
                                                        const std::vector<int64_t>& recv_displs, DType type) override {
-    auto p = std::make_unique<Pending>(*this, "all_to_all (async)", 0, type);
     const MPI_Datatype t = mpi_type(type);
-    const auto& sc = p->keep(mpi_counts(send_counts));
-    const auto& sd = p->keep(mpi_counts(send_displs));
-    const auto& rc = p->keep(mpi_counts(recv_counts));
-    const auto& rd = p->keep(mpi_counts(recv_displs));
-    Guard guard(*this, p->kind, p->count, type);
-    guard.check(MPI_Ialltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_, &p->requests[0]),
-                "MPI_Ialltoallv");
+    auto sc = mpi_counts(send_counts), sd = mpi_counts(send_displs);
+    auto rc = mpi_counts(recv_counts), rd = mpi_counts(recv_displs);
+    Guard guard(*this, "all_to_all (async)", 0, type);  // members send different amounts
+    auto p = std::make_unique<Pending>(*this, guard);
+    const int *scs = p->keep(std::move(sc)), *sds = p->keep(std::move(sd));
+    const int *rcs = p->keep(std::move(rc)), *rds = p->keep(std::move(rd));
+    guard.check_started(MPI_Ialltoallv(send, scs, sds, t, recv, rcs, rds, t, comm_, &p->requests[0]), "MPI_Ialltoallv");
     return p;
   }
 
-  std::unique_ptr<PendingCollective> start_reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts,
-                                                          DType type, ReduceOp op) override {
-    auto p = std::make_unique<Pending>(*this, "reduce_scatter (async)", total(counts), type);
-    const auto& c = p->keep(mpi_counts(counts));
-    Guard guard(*this, p->kind, p->count, type);
-    if (std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; })) {
-      guard.check(MPI_Ireduce_scatter_block(send, recv, c[0], mpi_type(type), mpi_op(op, type), comm_, &p->requests[0]),
-                  "MPI_Ireduce_scatter_block");
-      return p;
-    }
-    guard.check(MPI_Ireduce_scatter(send, recv, c.data(), mpi_type(type), mpi_op(op, type), comm_, &p->requests[0]),
-                "MPI_Ireduce_scatter");
+  std::unique_ptr<PendingCollective> start_reduce_scatter(const void* send, void* recv,
+                                                          const std::vector<int64_t>& counts, DType type,
+                                                          ReduceOp op) override {
+    const MPI_Datatype t = mpi_type(type);
+    const MPI_Op o = mpi_op(op, type);
+    auto c = mpi_counts(counts);
+    const bool equal = std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; });
+    Guard guard(*this, "reduce_scatter (async)", total(counts), type);
+    auto p = std::make_unique<Pending>(*this, guard);
+    const int* cs = p->keep(std::move(c));
+    if (equal)  // the block variant, as in the blocking call
+      guard.check_started(MPI_Ireduce_scatter_block(send, recv, cs[0], t, o, comm_, &p->requests[0]),
+                          "MPI_Ireduce_scatter_block");
+    else
+      guard.check_started(MPI_Ireduce_scatter(send, recv, cs, t, o, comm_, &p->requests[0]), "MPI_Ireduce_scatter");
     return p;
   }
 
   std::unique_ptr<PendingCollective> start_all_reduce(const void* send, void* recv, int64_t count, DType type,
                                                       ReduceOp op) override {
-    auto p = std::make_unique<Pending>(*this, "all_reduce (async)", count, type);
-    Guard guard(*this, p->kind, p->count, type);
-    guard.check(MPI_Iallreduce(send ? send : MPI_IN_PLACE, recv, mpi_count(count), mpi_type(type), mpi_op(op, type),
-                               comm_, &p->requests[0]),
-                "MPI_Iallreduce");
+    const int n = mpi_count(count);
+    Guard guard(*this, "all_reduce (async)", count, type);
+    auto p = std::make_unique<Pending>(*this, guard);
+    guard.check_started(MPI_Iallreduce(send ? send : MPI_IN_PLACE, recv, n, mpi_type(type), mpi_op(op, type), comm_,
+                                       &p->requests[0]),
+                        "MPI_Iallreduce");
     return p;
   }
 
   std::unique_ptr<PendingCollective> start_send_recv(const void* send, int dst, void* recv, int src, int64_t count,
                                                      DType type) override {
-    auto p = std::make_unique<Pending>(*this, "send_recv (async)", count, type);
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
-    Guard guard(*this, p->kind, p->count, type);
-    guard.check(MPI_Irecv(recv, src < 0 ? 0 : n, t, src < 0 ? MPI_PROC_NULL : src, 0, comm_, &p->requests[0]),
-                "MPI_Irecv");
-    guard.check(MPI_Isend(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, comm_, &p->requests[1]),
-                "MPI_Isend");
+    Guard guard(*this, "send_recv (async)", count, type);
+    auto p = std::make_unique<Pending>(*this, guard);
+    guard.check_started(MPI_Irecv(recv, src < 0 ? 0 : n, t, src < 0 ? MPI_PROC_NULL : src, 0, comm_, &p->requests[0]),
+                        "MPI_Irecv");
+    guard.check_started(MPI_Isend(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, comm_, &p->requests[1]),
+                        "MPI_Isend");
     return p;
   }
 
   std::unique_ptr<PendingCollective> start_exchange(const PreparedExchange& prepared, const void* send,
                                                     void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);  // its arrays outlive the call (the plan holds it)
-    auto p = std::make_unique<Pending>(*this, "exchange (async)", 0, DType::int64);
-    Guard guard(*this, p->kind, p->count, p->type);
-    guard.check(MPI_Ialltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
-                               x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_, &p->requests[0]),
-                "MPI_Ialltoallw");
+    Guard guard(*this, "exchange (async)", 0, DType::int64);
+    auto p = std::make_unique<Pending>(*this, guard);
+    guard.check_started(MPI_Ialltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
+                                       x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_,
+                                       &p->requests[0]),
+                        "MPI_Ialltoallw");
     return p;
   }
 
@@ -460,11 +466,21 @@ class MpiCommunicator final : public Communicator {
       std::string report = rc == MPI_SUCCESS ? c.records_report(false) : std::string();
       watched_.reset();
       if (report.empty()) return;
-      if (std::uncaught_exceptions() > 0) fail_job(report);
+      if (std::uncaught_exceptions() > 0 || started_) fail_job(report);
       fail(report);
     }
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
+
+    const Call& call() const { return call_; }
+    bool light() const { return light_; }
+
+    /// check() for a nonblocking call: once it has started, a divergence the records show can no
+    /// longer be thrown (the started request could never be completed or freed), so it ends the job.
+    void check_started(int rc, const char* mpi_call) {
+      check(rc, mpi_call);
+      started_ = true;
+    }
 
     /// The MPI call's return code: when it failed and the members' records differ, the
     /// divergence is the cause (MPI matched different calls), so that is what is thrown.
@@ -481,15 +497,17 @@ class MpiCommunicator final : public Communicator {
    private:
     Call call_;
     bool light_ = false;
+    bool started_ = false;  // a nonblocking call is under way
     std::optional<Watched> watched_;
   };
 
-  /// A nonblocking call in flight: its requests, and the counts and displacements MPI reads
-  /// until it finishes.
+  /// A nonblocking call in flight: its requests, the counts and displacements MPI reads until it
+  /// finishes, and (under the light check) this member's record of it, which the watchdog compares
+  /// with the other members' while wait() waits: on one node a member that reached a different
+  /// call may post its record only after the start has looked.
   class Pending final : public PendingCollective {
    public:
-    Pending(MpiCommunicator& c, const char* kind_, int64_t count_, DType type_)
-        : kind(kind_), count(count_), type(type_), comm_(c) {
+    Pending(MpiCommunicator& c, const Guard& g) : call_(g.call()), record_(c.mine_), light_(g.light()) {
       in_flight().push_back(this);  // dax's ops progress it (comm/in_flight.hpp)
     }
     ~Pending() override {
@@ -498,24 +516,33 @@ class MpiCommunicator final : public Communicator {
       MPI_Finalized(&finalized);
       if (!done_ && !finalized) MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);  // MPI must not write freed memory
     }
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+
     bool test() override {
-      if (done_) return true;
-      int flag = 0;
-      mpi_check(MPI_Testall(2, requests, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
-      if (flag) finished();
+      if (!done_) {
+        int flag = 0;
+        const int rc = MPI_Testall(2, requests, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) failed(rc, "MPI_Testall");
+        if (flag) finished();
+      }
+      if (error_) std::rethrow_exception(error_);  // kept for the owner, however often it asks
       return done_;
     }
     void wait() override {
-      if (done_) return;
-      const auto watched = comm_.guard(kind, count, type, false);  // watched for a timeout, not numbered
-      mpi_check(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
-      finished();
+      if (!done_) {
+        const MpiCommunicator& c = *call_.comm;
+        Watched watched(c.watchdog_, this, &describe_pending,
+                        light_ ? &poll_pending : (collective_checks().fingerprints ? nullptr : &poll_pending_departure));
+        const int rc = MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) failed(rc, "MPI_Waitall");
+        finished();
+      }
+      if (error_) std::rethrow_exception(error_);
     }
-    const std::vector<int>& keep(std::vector<int> v) { return kept_.emplace_back(std::move(v)); }
+    /// Keeps `v` alive until the call finishes; returns its data (a deque: it never moves).
+    const int* keep(std::vector<int> v) { return kept_.emplace_back(std::move(v)).data(); }
 
-    const char* kind;
-    int64_t count;
-    DType type;
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 
    private:
@@ -523,10 +550,35 @@ class MpiCommunicator final : public Communicator {
       done_ = true;
       leave_in_flight(this);
     }
+    void failed(int rc, const char* mpi_call) {
+      try {
+        mpi_check(rc, mpi_call);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      finished();  // MPI reported the call over (with an error): nothing left to wait for
+    }
+    static std::string describe_pending(const void* p) {
+      return describe_timeout(&static_cast<const Pending*>(p)->call_);
+    }
+    static std::string poll_pending(const void* p, double) {
+      const Pending& pd = *static_cast<const Pending*>(p);
+      const MpiCommunicator& c = *pd.call_.comm;
+      if (std::string report = c.records_report(true, pd.record_); !report.empty()) return report;
+      std::vector<bool> missing(c.size_, false);
+      CallRecord r;
+      for (int j = 0; j < c.size_; ++j) missing[j] = !c.peer_record(j, r, pd.record_);
+      return departure_report(pd.call_, missing);
+    }
+    static std::string poll_pending_departure(const void* p, double armed_s) {
+      return poll_departure(&static_cast<const Pending*>(p)->call_, armed_s);
+    }
 
-    MpiCommunicator& comm_;
-    std::deque<std::vector<int>> kept_;  // a deque: what keep() returned stays where it is
-    bool done_ = false;
+    Call call_;
+    CallRecord record_;
+    bool light_ = false, done_ = false;
+    std::exception_ptr error_;
+    std::deque<std::vector<int>> kept_;
   };
 
   /// Fills this member's record and posts it: on the node's board for the members there, as a
@@ -567,31 +619,35 @@ class MpiCommunicator final : public Communicator {
   bool on_board(int j) const { return board_ != nullptr && board_rows_[j] >= 0; }
 
   /// Member j's record of the call in progress, if it has posted or sent it.
-  bool peer_record(int j, CallRecord& out) const {
+  /// (`mine`: this member's record of the call asked about; by default the call in progress.)
+  bool peer_record(int j, CallRecord& out) const { return peer_record(j, out, mine_); }
+  bool peer_record(int j, CallRecord& out, const CallRecord& mine) const {
     if (j == rank_) {
-      out = mine_;
+      out = mine;
       return true;
     }
-    if (!on_board(j)) return read_call_record(theirs_[j], out);
-    // Its slot may still hold an older call of this group: only this call's record counts.
-    return read_call_record(board_->slot(board_rows_[j], board_group_, mine_.number), out) &&
-           out.number == mine_.number && out.world_rank == world_ranks_[j];
+    // A slot may hold another call of this group (an older one, or a later one once a nonblocking
+    // call is waited for after others): only this call's record counts.
+    if (!on_board(j)) return read_call_record(theirs_[j], out) && out.number == mine.number;
+    return read_call_record(board_->slot(board_rows_[j], board_group_, mine.number), out) &&
+           out.number == mine.number && out.world_rank == world_ranks_[j];
   }
 
   /// The divergence report from the records that have arrived; empty if they all agree. Every
   /// member that has every record builds the same text. `waiting`: asked by the watchdog while this
   /// rank waits in the call (records may still be missing; those members are named as such).
-  std::string records_report(bool waiting) const {
+  std::string records_report(bool waiting) const { return records_report(waiting, mine_); }
+  std::string records_report(bool waiting, const CallRecord& mine) const {
     bool agree = true;  // the common case, without allocating
     CallRecord r;
-    for (int j = 0; j < size_ && agree; ++j) agree = !peer_record(j, r) || same_call(r, mine_);
+    for (int j = 0; j < size_ && agree; ++j) agree = !peer_record(j, r, mine) || same_call(r, mine);
     if (agree) return {};
     std::vector<CallRecord> seen(size_);
     std::vector<bool> arrived(size_, false);
     bool differ = false;
     for (int j = 0; j < size_; ++j) {
-      arrived[j] = peer_record(j, seen[j]);
-      if (arrived[j] && !same_call(seen[j], mine_)) differ = true;
+      arrived[j] = peer_record(j, seen[j], mine);
+      if (arrived[j] && !same_call(seen[j], mine)) differ = true;
     }
     if (!differ) return {};
     std::map<std::string, std::vector<int>> callers;

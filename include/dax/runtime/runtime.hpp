@@ -91,6 +91,7 @@ class Runtime {
 
   ~Runtime() {
     leave("returned from main: its dax::Runtime was destroyed");
+    detail::finish_in_flight();  // before the communicators and plans those calls use go
     for (auto& hook : shutdown_hooks_) hook();
     groups_.clear();
 #if DAX_CUDA_BACKEND
