@@ -23,32 +23,13 @@ using dax::test::random_sharding;
 
 namespace {
 
-// (m, k) @ (k, n), plain loops.
-template <class T>
-std::vector<T> product(const std::vector<T>& a, const std::vector<T>& b, int64_t m, int64_t k, int64_t n) {
-  std::vector<T> c(m * n, T(0));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
-  return c;
-}
-
-// (r, c) row-major -> (c, r).
-template <class T>
-std::vector<T> transposed(const std::vector<T>& x, int64_t r, int64_t c) {
-  std::vector<T> out(x.size());
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) out[j * r + i] = x[i * c + j];
-  return out;
-}
-
 /// An (r, c) operand holding `values`, in sharding `s`; with `lazy`, a transpose view of its
 /// (c, r) storage (the stored piece then reaches BLAS with a flag).
 template <class T>
 DistArray<T> operand(const std::vector<T>& values, int64_t r, int64_t c, const NamedSharding& s, bool lazy) {
   if (!lazy) return dax::device_put(values, Shape{r, c}, s);
   const NamedSharding stored = dax::detail::swap_last_two(s, 2);
-  return dax::device_put(transposed(values, r, c), Shape{c, r}, stored).T();
+  return dax::device_put(dax::test::swap_last_two(values, Shape{r, c}), Shape{c, r}, stored).T();
 }
 
 /// The sharding `s` with `axis` taken off dimension 1 (matmul_reduce_scatter's b must not split N
@@ -80,7 +61,7 @@ TEMPLATE_TEST_CASE("all_gather_matmul and matmul_reduce_scatter equal matmul on 
         const int64_t m = 2 * p + 1, k = 3 + (trial % 5), n = 2 + (trial % 7);
         const auto av = dax::test::random_values<T>(m * k, pick.rng);
         const auto bv = dax::test::random_values<T>(k * n, pick.rng);
-        const auto want = product(av, bv, m, k, n);
+        const auto want = dax::test::matmul_reference(av, bv, m, k, n);
         const NamedSharding sa = random_sharding(pick, mesh, 2), sb = random_sharding(pick, mesh, 2);
         const bool lazy_a = trial % 3 == 1, lazy_b = trial % 4 == 2;
         const auto a = operand(av, m, k, sa, lazy_a), b = operand(bv, k, n, sb, lazy_b);
@@ -113,7 +94,7 @@ TEST_CASE("collective matmuls on the 1-d mesh of every rank: the ring's exchange
   CAPTURE(m);
   const auto av = dax::test::random_values<double>(m * k, rng);
   const auto bv = dax::test::random_values<double>(k * n, rng);
-  const auto want = product(av, bv, m, k, n);
+  const auto want = dax::test::matmul_reference(av, bv, m, k, n);
 
   // Operands already where the ring wants them: its p - 1 neighbour exchanges are all it moves.
   const auto a_rows = dax::device_put(av, {m, k}, NamedSharding(line, P("x")));

@@ -2,6 +2,7 @@
 // the same random data on every rank (one seed), so each rank can compute what it expects.
 #pragma once
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -63,6 +64,28 @@ inline int64_t source_index(const Shape& shape, const Shape& out, int64_t flat) 
     stride *= shape[j];
   }
   return src;
+}
+
+/// (batch..., r, c) row-major -> (batch..., c, r).
+template <class T>
+std::vector<T> swap_last_two(const std::vector<T>& x, const Shape& shape) {
+  const size_t n = shape.size();
+  const int64_t r = shape[n - 2], c = shape[n - 1], batch = dax::numel(shape) / std::max<int64_t>(r * c, 1);
+  std::vector<T> out(x.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) out[b * r * c + j * r + i] = x[b * r * c + i * c + j];
+  return out;
+}
+
+/// (m, k) @ (k, n), plain loops: the reference the matmul tests compare with.
+template <class T>
+std::vector<T> matmul_reference(const std::vector<T>& a, const std::vector<T>& b, int64_t m, int64_t k, int64_t n) {
+  std::vector<T> c(m * n, T(0));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
 }
 
 /// The elements of `global` (row-major over `shape`) inside `box`.

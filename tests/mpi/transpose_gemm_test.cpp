@@ -13,31 +13,11 @@ using dax::Shape;
 using dax::test::host;
 using dax::test::Pick;
 using dax::test::random_mesh;
+using dax::test::matmul_reference;
 using dax::test::random_sharding;
+using dax::test::swap_last_two;
 
 namespace {
-
-// (batch..., r, c) row-major -> (batch..., c, r).
-template <class T>
-std::vector<T> swap_last_two(const std::vector<T>& x, const Shape& shape) {
-  const size_t n = shape.size();
-  const int64_t r = shape[n - 2], c = shape[n - 1], batch = dax::numel(shape) / std::max<int64_t>(r * c, 1);
-  std::vector<T> out(x.size());
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j) out[b * r * c + j * r + i] = x[b * r * c + i * c + j];
-  return out;
-}
-
-// (m, k) @ (k, n), plain loops.
-template <class T>
-std::vector<T> matmul_reference(const std::vector<T>& a, const std::vector<T>& b, int64_t m, int64_t k, int64_t n) {
-  std::vector<T> c(m * n, T(0));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[i * k + p] * b[p * n + j];
-  return c;
-}
 
 /// Requests to the caching allocator of the backend that runs.
 int64_t allocator_requests() {
