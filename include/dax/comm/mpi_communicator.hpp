@@ -6,12 +6,19 @@
 
 #include <mpi.h>
 
+#if defined(__linux__)
+#include <sys/uio.h>
+#include <unistd.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <map>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include <dax/comm/call_board.hpp>
+#include <dax/comm/cma_exchange.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/communicator.hpp>
 #include <dax/comm/in_flight.hpp>
@@ -78,6 +86,9 @@ class MpiRegionExchange final : public PreparedExchange {
     for (size_t j = 0; j < send.size(); ++j) {
       add(send_block, static_cast<int>(j) == self ? Box{} : send[j], send_types, send_counts, static_cast<int>(j) == self);
       add(recv_block, static_cast<int>(j) == self ? Box{} : recv[j], recv_types, recv_counts, static_cast<int>(j) == self);
+      const bool own = static_cast<int>(j) == self;
+      send_runs.push_back(own ? RegionRuns() : RegionRuns(send_block, send[j]));
+      recv_runs.push_back(own ? RegionRuns() : RegionRuns(recv_block, recv[j]));
     }
     displs.assign(send.size(), 0);  // the types carry the offsets
   }
@@ -91,6 +102,12 @@ class MpiRegionExchange final : public PreparedExchange {
 
   std::vector<MPI_Datatype> send_types, recv_types;
   std::vector<int> send_counts, recv_counts, displs;
+  // The same regions as runs; and, when the group agreed to copy them by cross-memory attach, per
+  // member the segments this member reads from it (pulls) and writes into it (pushes).
+  std::vector<RegionRuns> send_runs, recv_runs;
+  bool by_cma = false;
+  std::vector<std::vector<CopySegment>> pulls, pushes;
+  size_t most_segments = 0;
 
  private:
   void add(const Box& block, const Box& region, std::vector<MPI_Datatype>& types, std::vector<int>& counts,
@@ -298,12 +315,15 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                      const Box& recv_block, const std::vector<Box>& recv,
                                                      int64_t item_bytes) override {
-    return std::make_unique<MpiRegionExchange>(send_block, send, recv_block, recv, rank_, item_bytes);
+    auto x = std::make_unique<MpiRegionExchange>(send_block, send, recv_block, recv, rank_, item_bytes);
+    prepare_cma(*x, item_bytes);
+    return x;
   }
 
   void exchange(const PreparedExchange& prepared, const void* send, void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);
     Guard guard(*this, "exchange", 0, DType::int64);
+    if (x.by_cma) return cma_exchange(x, send, recv, guard);
     guard.check(MPI_Alltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                             x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_),
               "MPI_Alltoallw");
@@ -388,6 +408,10 @@ class MpiCommunicator final : public Communicator {
                                                     void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);  // its arrays outlive the call (the plan holds it)
     Guard guard(*this, "exchange (async)", 0, DType::int64);
+    if (x.by_cma) {  // reads by the CPU that calls: nothing left to run in the background
+      cma_exchange(x, send, recv, guard);
+      return std::make_unique<FinishedCollective>();
+    }
     auto p = std::make_unique<Pending>(*this, guard);
     guard.check_started(MPI_Ialltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                                        x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_,
@@ -810,6 +834,175 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // ---- Strided exchanges by cross-memory attach (comm/cma_exchange.hpp) ----
+
+  /// Exchanges at least this large (bytes a member sends or receives, the group's most) with runs
+  /// at least this long on every member go by cross-memory attach: one iovec per run costs little
+  /// next to its copy there, and the two small collectives around the reads are noise.
+  static constexpr int64_t kCmaMinRunBytes = 1 << 10;
+  static constexpr int64_t kCmaMinBytes = 1 << 18;
+
+  /// Whether the members can read one another's memory: Linux, all on this node, DAX_CMA not
+  /// "0", and a test read of each neighbour's memory worked on every member. Decided together
+  /// once, on the group's first large strided exchange.
+  bool cma_usable() {
+    if (cma_usable_) return *cma_usable_;
+    int ok = 1;
+    const bool turned_off = [] {
+      const char* v = std::getenv("DAX_CMA");
+      return v && std::strcmp(v, "0") == 0;
+    }();
+    if (turned_off) ok = 0;
+#if !defined(__linux__)
+    ok = 0;
+#endif
+    MPI_Comm node = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    int on_node = 0;
+    mpi_check(MPI_Comm_size(node, &on_node), "MPI_Comm_size");
+    MPI_Comm_free(&node);
+    if (on_node != size_) ok = 0;
+    const bool tried = ok != 0;
+    static const int64_t probe = 0x646178636d61;  // a word every member reads from its neighbour
+    const int64_t mine[2] = {static_cast<int64_t>(getpid_()), static_cast<int64_t>(reinterpret_cast<uintptr_t>(&probe))};
+    std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+    {
+      Guard guard(*this, "exchange setup", 2, DType::int64);
+      guard.check(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm_), "MPI_Allgather");
+    }
+    cma_pids_.assign(size_, 0);
+    for (int j = 0; j < size_; ++j) cma_pids_[j] = all[2 * j];
+#if defined(__linux__)
+    if (ok) {
+      const int right = (rank_ + 1) % size_;
+      int64_t got = 0;
+      iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(static_cast<uintptr_t>(all[2 * right + 1])), sizeof got};
+      ok = process_vm_readv(static_cast<pid_t>(cma_pids_[right]), &local, 1, &remote, 1, 0) == sizeof got && got == probe;
+    }
+#endif
+    {
+      Guard guard(*this, "exchange setup", 1, DType::int32);
+      guard.check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    }
+    if (tried && !ok) ++cma_counts().groups_refused;
+    cma_usable_ = ok != 0;
+    return *cma_usable_;
+  }
+
+  static int64_t getpid_() {
+#if defined(__linux__)
+    return static_cast<int64_t>(::getpid());
+#else
+    return 0;
+#endif
+  }
+
+  /// Decides, with the whole group (this runs where every member prepares the same exchange),
+  /// whether `x` goes by cross-memory attach; if so, tells each member what the others send it
+  /// and lists the segments it will read.
+  void prepare_cma(MpiRegionExchange& x, int64_t item) {
+    if (size_ == 1) return;
+    bool describable = true;
+    int64_t bytes_sent = 0, bytes_received = 0;
+    for (size_t j = 0; j < x.send_runs.size(); ++j) {
+      describable = describable && x.send_runs[j].counts.size() <= static_cast<size_t>(RegionRuns::kMaxOuter) &&
+                    x.recv_runs[j].counts.size() <= static_cast<size_t>(RegionRuns::kMaxOuter);
+      bytes_sent += x.send_runs[j].elements * item;
+      bytes_received += x.recv_runs[j].elements * item;
+    }
+    const bool runs_long = shortest_run_bytes(x.send_runs, item) >= kCmaMinRunBytes &&
+                           shortest_run_bytes(x.recv_runs, item) >= kCmaMinRunBytes;
+    const auto all = all_gather_host({describable && runs_long ? 1 : 0, std::max(bytes_sent, bytes_received)});
+    bool want = true;
+    int64_t most = 0;
+    for (int j = 0; j < size_; ++j) want = want && all[2 * j] == 1, most = std::max(most, all[2 * j + 1]);
+    if (!want || most < kCmaMinBytes || !cma_usable()) return;
+    // Each member tells each other one what it sends it and what it receives from it.
+    constexpr int R = RegionRuns::record_size;
+    std::vector<int64_t> out(static_cast<size_t>(size_) * 2 * R), in(out.size());
+    for (int j = 0; j < size_; ++j) {
+      x.send_runs[j].write(&out[static_cast<size_t>(j) * 2 * R]);
+      x.recv_runs[j].write(&out[static_cast<size_t>(j) * 2 * R + R]);
+    }
+    {
+      Guard guard(*this, "exchange setup", 2 * R, DType::int64);
+      guard.check(MPI_Alltoall(out.data(), 2 * R, MPI_INT64_T, in.data(), 2 * R, MPI_INT64_T, comm_), "MPI_Alltoall");
+    }
+    x.pulls.assign(size_, {});
+    x.pushes.assign(size_, {});
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      const RegionRuns theirs_sent = RegionRuns::read(&in[static_cast<size_t>(j) * 2 * R]);
+      const RegionRuns theirs_received = RegionRuns::read(&in[static_cast<size_t>(j) * 2 * R + R]);
+      if (x.recv_runs[j].elements && !pushed(theirs_sent, x.recv_runs[j]))
+        x.pulls[j] = pair_runs(theirs_sent, x.recv_runs[j], item);
+      if (x.send_runs[j].elements && pushed(x.send_runs[j], theirs_received))
+        x.pushes[j] = pair_runs(x.send_runs[j], theirs_received, item);
+      x.most_segments = std::max({x.most_segments, x.pulls[j].size(), x.pushes[j].size()});
+    }
+    x.by_cma = true;
+  }
+
+  /// Runs `x` by cross-memory attach: every member's buffers for this call go round, each member
+  /// makes its reads and writes, and an all-reduce both holds every buffer until all copies are
+  /// done and tells every member whether they all went through.
+  void cma_exchange(const MpiRegionExchange& x, const void* send, void* recv, Guard& guard) {
+    const int64_t mine[2] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(send)),
+                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv))};
+    cma_bases_.resize(2 * static_cast<size_t>(size_));
+    guard.check(MPI_Allgather(mine, 2, MPI_INT64_T, cma_bases_.data(), 2, MPI_INT64_T, comm_),
+                "MPI_Allgather (exchange addresses)");
+    int failed = INT_MAX;  // the lowest world rank whose copy failed
+    ++cma_counts().exchanges;
+#if defined(__linux__)
+    static constexpr size_t kIov = 1024;  // IOV_MAX on Linux
+    cma_local_.resize(std::min(kIov, x.most_segments));
+    cma_remote_.resize(cma_local_.size());
+    auto at = [](int64_t base, int64_t offset) { return reinterpret_cast<void*>(static_cast<uintptr_t>(base + offset)); };
+    // Copies `segments` with member j: read out of its send buffer, or written into its receive buffer.
+    auto copy = [&](int j, const std::vector<CopySegment>& segments, bool push) {
+      for (size_t first = 0; first < segments.size() && failed == INT_MAX; first += kIov) {
+        const size_t n = std::min(kIov, segments.size() - first);
+        ssize_t expected = 0;
+        for (size_t k = 0; k < n; ++k) {
+          const CopySegment& g = segments[first + k];
+          const size_t bytes = static_cast<size_t>(g.bytes);
+          if (push) {
+            cma_local_[k] = {at(mine[0], g.from), bytes};
+            cma_remote_[k] = {at(cma_bases_[2 * j + 1], g.to), bytes};
+          } else {
+            cma_local_[k] = {at(mine[1], g.to), bytes};
+            cma_remote_[k] = {at(cma_bases_[2 * j], g.from), bytes};
+          }
+          expected += g.bytes;
+        }
+        const pid_t pid = static_cast<pid_t>(cma_pids_[j]);
+        const ssize_t got = push ? process_vm_writev(pid, cma_local_.data(), n, cma_remote_.data(), n, 0)
+                                 : process_vm_readv(pid, cma_local_.data(), n, cma_remote_.data(), n, 0);
+        if (got != expected) {
+          std::fprintf(stderr, "dax: world rank %d: %s world rank %d moved %zd of %zd bytes (%s)\n",
+                       world_ranks_[rank_], push ? "process_vm_writev to" : "process_vm_readv from", world_ranks_[j],
+                       got, expected, got < 0 ? std::strerror(errno) : "short");
+          failed = world_ranks_[rank_];
+        }
+      }
+    };
+    for (int s = 1; s < size_ && failed == INT_MAX; ++s) {
+      const int j = (rank_ + s) % size_;  // members work with different peers at once
+      copy(j, x.pulls[j], false);
+      copy(j, x.pushes[j], true);
+    }
+#else
+    (void)recv;
+    failed = world_ranks_[rank_];
+#endif
+    guard.check(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce (exchange done)");
+    if (failed != INT_MAX)
+      fail("strided exchange on ", group_text(), ": world rank ", failed,
+           " could not copy to or from another member's memory by cross-memory attach (process_vm_readv/writev; "
+           "its error is on its stderr). Set DAX_CMA=0 to exchange through MPI datatypes instead");
+  }
+
   /// Large reductions run as a ring over the members instead of the MPI library's collective: Open
   /// MPI reduces a reduce-scatter to one member and scatters it back, and its all-reduce allocates a
   /// temporary of the whole message on every call (fresh pages to fault in each time). The ring
@@ -869,6 +1062,11 @@ class MpiCommunicator final : public Communicator {
   int board_group_ = -1;              // this group's id on the board
   std::vector<int> board_rows_;       // each member's row on the board, -1 off this node
   std::vector<char> ring_stage_[2];   // the ring reduction's staging: one block each, kept
+  std::optional<bool> cma_usable_;    // cross-memory attach between the members: decided once
+  std::vector<int64_t> cma_pids_, cma_bases_;  // each member's process id; its send buffer this call
+#if defined(__linux__)
+  std::vector<iovec> cma_local_, cma_remote_;  // one batch of segments, kept
+#endif
 };
 
 }  // namespace dax::detail

@@ -1,0 +1,121 @@
+// The geometry of the cross-memory-attach exchange (comm/cma_exchange.hpp): a region's runs list
+// exactly its elements' offsets in row-major order, and paired runs copy every element of the
+// sender's region to its place in the receiver's. Checked against plain loops over random boxes.
+#include <catch2/catch.hpp>
+
+#include <dax/comm/cma_exchange.hpp>
+
+#include <random>
+#include <vector>
+
+namespace {
+
+using dax::Box;
+
+/// Offsets in `block` of the elements of `region`, row-major (the plain loop).
+std::vector<int64_t> offsets(const Box& block, const Box& region) {
+  std::vector<int64_t> out;
+  if (dax::numel(region) == 0) return out;
+  std::vector<int64_t> at(region.size());
+  for (size_t i = 0; i < region.size(); ++i) at[i] = region[i].start;
+  while (true) {
+    int64_t offset = 0;
+    for (size_t i = 0; i < region.size(); ++i) offset = offset * block[i].size() + (at[i] - block[i].start);
+    out.push_back(offset);
+    size_t d = region.size();
+    while (d-- > 0) {
+      if (++at[d] < region[d].stop) break;
+      at[d] = region[d].start;
+    }
+    if (d == static_cast<size_t>(-1)) return out;
+  }
+}
+
+/// The offsets the runs visit, element by element.
+std::vector<int64_t> visited(const dax::detail::RegionRuns& r) {
+  std::vector<int64_t> out;
+  for (int64_t run = 0; run < r.runs(); ++run)
+    for (int64_t e = 0; e < r.length; ++e) out.push_back(r.run_offset(run) + e);
+  return out;
+}
+
+Box random_block(std::mt19937& rng, int dims) {
+  Box b;
+  for (int i = 0; i < dims; ++i) {
+    const int64_t start = std::uniform_int_distribution<int64_t>(0, 5)(rng);
+    b.push_back({start, start + std::uniform_int_distribution<int64_t>(1, 7)(rng)});
+  }
+  return b;
+}
+
+Box random_region(std::mt19937& rng, const Box& block) {
+  Box r;
+  for (const auto& s : block) {
+    const int64_t a = std::uniform_int_distribution<int64_t>(s.start, s.stop - 1)(rng);
+    const int64_t b = std::uniform_int_distribution<int64_t>(a + 1, s.stop)(rng);
+    r.push_back({a, b});
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a region's runs visit its elements in row-major order", "[cma]") {
+  std::mt19937 rng(20261125);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int dims = 1 + trial % 4;
+    const Box block = random_block(rng, dims), region = random_region(rng, block);
+    const dax::detail::RegionRuns runs(block, region);
+    INFO(dax::to_string(block) << " " << dax::to_string(region));
+    REQUIRE(runs.elements == dax::numel(region));
+    REQUIRE(visited(runs) == offsets(block, region));
+    // A region that is one stretch of its block is one run; otherwise its runs are as long as they can be.
+    REQUIRE((runs.runs() == 1) == dax::is_contiguous_in(block, region));
+    // Through the record another member reads, unchanged.
+    std::vector<int64_t> record(dax::detail::RegionRuns::record_size);
+    runs.write(record.data());
+    REQUIRE(dax::detail::RegionRuns::describable(record.data()));
+    REQUIRE(visited(dax::detail::RegionRuns::read(record.data())) == visited(runs));
+  }
+}
+
+TEST_CASE("paired runs copy every element of one region to its place in another", "[cma]") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int dims = 1 + trial % 4;
+    // The same global box seen from two blocks that both contain it (a sender's and a receiver's).
+    const Box global = random_block(rng, dims);
+    Box from_block, to_block;
+    for (const auto& s : global) {
+      from_block.push_back({s.start - std::uniform_int_distribution<int64_t>(0, 3)(rng),
+                            s.stop + std::uniform_int_distribution<int64_t>(0, 3)(rng)});
+      to_block.push_back({s.start - std::uniform_int_distribution<int64_t>(0, 3)(rng),
+                          s.stop + std::uniform_int_distribution<int64_t>(0, 3)(rng)});
+    }
+    const int64_t item = trial % 2 ? 8 : 4;
+    const auto segments = dax::detail::pair_runs(dax::detail::RegionRuns(from_block, global),
+                                                 dax::detail::RegionRuns(to_block, global), item);
+    std::vector<std::pair<int64_t, int64_t>> pairs;  // (sender byte, receiver byte) per element
+    for (const auto& g : segments) {
+      REQUIRE(g.bytes > 0);
+      REQUIRE(g.bytes % item == 0);
+      for (int64_t b = 0; b < g.bytes; b += item) pairs.emplace_back(g.from + b, g.to + b);
+    }
+    const auto a = offsets(from_block, global), b = offsets(to_block, global);
+    REQUIRE(pairs.size() == a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      REQUIRE(pairs[i].first == a[i] * item);
+      REQUIRE(pairs[i].second == b[i] * item);
+    }
+  }
+}
+
+TEST_CASE("a region deeper than a record can describe says so", "[cma]") {
+  Box block, region;
+  for (int i = 0; i < 11; ++i) block.push_back({0, 3}), region.push_back({0, 2});
+  const dax::detail::RegionRuns runs(block, region);
+  REQUIRE(runs.counts.size() > static_cast<size_t>(dax::detail::RegionRuns::kMaxOuter));
+  std::vector<int64_t> record(dax::detail::RegionRuns::record_size);
+  runs.write(record.data());
+  REQUIRE_FALSE(dax::detail::RegionRuns::describable(record.data()));
+}
