@@ -96,6 +96,8 @@ TEST_CASE("strided all-to-alls of several chunks land exactly", "[reshard]") {
     REQUIRE(dax::reshard(y, from).local_to_host() == x.local_to_host());
   };
   check({2100, 700}, NamedSharding(line, dax::P("x")), NamedSharding(line, dax::P(dax::none, "x")), double{});
+  // Runs of at least 1 KiB at every rank count up to 8, so the path is taken there too.
+  check({1024, 8200}, NamedSharding(line, dax::P("x")), NamedSharding(line, dax::P(dax::none, "x")), float{});
   check({1203, 1031}, NamedSharding(line, dax::P("x")), NamedSharding(line, dax::P(dax::none, "x")), float{});
   check({40, 30, 701}, NamedSharding(line, dax::P("x")), NamedSharding(line, dax::P(dax::none, dax::none, "x")),
         double{});
@@ -111,4 +113,24 @@ TEST_CASE("strided all-to-alls of several chunks land exactly", "[reshard]") {
   if (n > 1 && !(off && std::string(off) == "0"))
     REQUIRE((after.exchanges > before.exchanges || after.groups_refused > before.groups_refused));
   if (off && std::string(off) == "0") REQUIRE(after.exchanges == before.exchanges);
+}
+
+TEST_CASE("ranks that run different strided exchanges stop before anything is copied", "[reshard][cma_divergence]") {
+  // Both exchanges are prepared together first (preparing is collective); then rank 0 runs one and
+  // the others the other. With DAX_CHECK_COLLECTIVES=1 the fingerprints catch it; under the light
+  // check (whose records cannot tell two exchanges apart) the exchange's own number does, on every
+  // rank, before any rank writes into another's memory.
+  const int n = dax::test::world_size();
+  if (n < 2) return;
+  const Mesh line({n}, {"x"});
+  const NamedSharding rows(line, dax::P("x")), cols(line, dax::P(dax::none, "x"));
+  const auto a = dax::arange<float>({64, 16384}, rows);
+  const auto b = dax::arange<float>({64, 32768}, rows);
+  REQUIRE(dax::reshard(a, cols).to_host() == a.to_host());
+  REQUIRE(dax::reshard(b, cols).to_host() == b.to_host());
+  const auto& mine = dax::test::world_rank() == 0 ? a : b;
+  const std::string error = dax::test::error_of([&] { (void)dax::reshard(mine, cols); });
+  INFO(error);
+  CHECK(error.find("diverged") != std::string::npos);
+  REQUIRE(dax::reshard(a, cols).to_host() == a.to_host());  // the group is still usable
 }

@@ -93,12 +93,14 @@ TEST_CASE("paired runs copy every element of one region to its place in another"
                           s.stop + std::uniform_int_distribution<int64_t>(0, 3)(rng)});
     }
     const int64_t item = trial % 2 ? 8 : 4;
+    const int64_t most = trial % 3 ? int64_t(1) << 30 : 3 * item;  // also with segments cut short
     const auto segments = dax::detail::pair_runs(dax::detail::RegionRuns(from_block, global),
-                                                 dax::detail::RegionRuns(to_block, global), item);
+                                                 dax::detail::RegionRuns(to_block, global), item, most);
     std::vector<std::pair<int64_t, int64_t>> pairs;  // (sender byte, receiver byte) per element
     for (const auto& g : segments) {
       REQUIRE(g.bytes > 0);
       REQUIRE(g.bytes % item == 0);
+      REQUIRE(g.bytes <= most);
       for (int64_t b = 0; b < g.bytes; b += item) pairs.emplace_back(g.from + b, g.to + b);
     }
     const auto a = offsets(from_block, global), b = offsets(to_block, global);
@@ -108,6 +110,14 @@ TEST_CASE("paired runs copy every element of one region to its place in another"
       REQUIRE(pairs[i].second == b[i] * item);
     }
   }
+}
+
+TEST_CASE("regions of different sizes pair nothing", "[cma]") {
+  const Box block{{0, 8}, {0, 8}};
+  const dax::detail::RegionRuns a(block, Box{{0, 4}, {0, 3}}), b(block, Box{{0, 4}, {0, 2}});
+  REQUIRE(dax::detail::pair_runs(a, b, 4).empty());
+  REQUIRE(dax::detail::pair_runs(a, dax::detail::RegionRuns(), 4).empty());
+  REQUIRE(dax::detail::pair_runs(a, a, 4).size() == 4);  // four rows of 3 elements
 }
 
 TEST_CASE("a region deeper than a record can describe says so", "[cma]") {

@@ -108,11 +108,16 @@ inline bool pushed(const RegionRuns& from, const RegionRuns& to) { return from.r
 /// The segments that carry a sender's region (`from`, in its block) into the receiver's region
 /// (`to`, in its block): both list the same elements in the same order, cut wherever either
 /// side's run ends.
-inline std::vector<CopySegment> pair_runs(const RegionRuns& from, const RegionRuns& to, int64_t item) {
+/// No segment is longer than `most_bytes`. Regions of different sizes pair nothing (the caller
+/// checks sizes first).
+inline std::vector<CopySegment> pair_runs(const RegionRuns& from, const RegionRuns& to, int64_t item,
+                                          int64_t most_bytes = int64_t(1) << 30) {
   std::vector<CopySegment> out;
+  if (from.elements != to.elements || from.elements == 0) return out;
+  const int64_t most = std::max<int64_t>(1, most_bytes / item);
   int64_t r_run = 0, r_in = 0, l_run = 0, l_in = 0, done = 0;
   while (done < to.elements) {
-    const int64_t n = std::min(from.length - r_in, to.length - l_in);
+    const int64_t n = std::min({from.length - r_in, to.length - l_in, most});
     out.push_back({(from.run_offset(r_run) + r_in) * item, (to.run_offset(l_run) + l_in) * item, n * item});  // from, to
     done += n, r_in += n, l_in += n;
     if (r_in == from.length) ++r_run, r_in = 0;

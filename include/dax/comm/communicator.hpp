@@ -65,7 +65,9 @@ class Communicator {
   virtual void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) = 0;
   /// Sends member j the region `send[j]` of the caller's piece `send_block` and receives region
   /// `recv[j]` of its piece `recv_block` from member j, straight between the two row-major
-  /// buffers, strided or not (the caller's own entries are left out). Prepared once per plan.
+  /// buffers, strided or not (the caller's own entries are left out). Prepared once per plan, and
+  /// collective: every member prepares the same exchange at the same point (the MPI transport
+  /// agrees there on how to run it).
   virtual std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                              const Box& recv_block, const std::vector<Box>& recv,
                                                              int64_t item_bytes) = 0;

@@ -24,6 +24,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -107,7 +108,7 @@ class MpiRegionExchange final : public PreparedExchange {
   std::vector<RegionRuns> send_runs, recv_runs;
   bool by_cma = false;
   std::vector<std::vector<CopySegment>> pulls, pushes;
-  size_t most_segments = 0;
+  int64_t id = 0;  // its number among the exchanges prepared on the communicator (the same on every member)
 
  private:
   void add(const Box& block, const Box& region, std::vector<MPI_Datatype>& types, std::vector<int>& counts,
@@ -428,6 +429,10 @@ class MpiCommunicator final : public Communicator {
               "MPI_Allgather");
     return all;
   }
+
+  /// Whether strided exchanges may copy by cross-memory attach (the CPU reads and writes the
+  /// buffers itself). A transport that passes device pointers to MPI turns it off, on every member.
+  void allow_copies_by_cma(bool allowed) { cma_allowed_ = allowed; }
 
   const std::string& name() const { return name_; }
   /// The world rank of each member, in member order.
@@ -841,6 +846,7 @@ class MpiCommunicator final : public Communicator {
   /// next to its copy there, and the two small collectives around the reads are noise.
   static constexpr int64_t kCmaMinRunBytes = 1 << 10;
   static constexpr int64_t kCmaMinBytes = 1 << 18;
+  static constexpr int64_t kCmaBatchBytes = int64_t(1) << 30;  // pair_runs cuts segments to this too
 
   /// Whether the members can read one another's memory: Linux, all on this node, DAX_CMA not
   /// "0", and a test read of each neighbour's memory worked on every member. Decided together
@@ -863,21 +869,23 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_free(&node);
     if (on_node != size_) ok = 0;
     const bool tried = ok != 0;
-    static const int64_t probe = 0x646178636d61;  // a word every member reads from its neighbour
-    const int64_t mine[2] = {static_cast<int64_t>(getpid_()), static_cast<int64_t>(reinterpret_cast<uintptr_t>(&probe))};
-    std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+    // Every member reads every other's probe word, a value drawn per process: a read that lands in
+    // another process (a process id from another namespace) does not find it.
+    static const int64_t probe = static_cast<int64_t>(std::random_device{}()) << 20 ^ getpid_();
+    const int64_t mine[3] = {getpid_(), static_cast<int64_t>(reinterpret_cast<uintptr_t>(&probe)), probe};
+    std::vector<int64_t> all(3 * static_cast<size_t>(size_));
     {
-      Guard guard(*this, "exchange setup", 2, DType::int64);
-      guard.check(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm_), "MPI_Allgather");
+      Guard guard(*this, "exchange setup", 3, DType::int64);
+      guard.check(MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm_), "MPI_Allgather");
     }
     cma_pids_.assign(size_, 0);
-    for (int j = 0; j < size_; ++j) cma_pids_[j] = all[2 * j];
+    for (int j = 0; j < size_; ++j) cma_pids_[j] = all[3 * j];
 #if defined(__linux__)
-    if (ok) {
-      const int right = (rank_ + 1) % size_;
+    for (int j = 0; j < size_ && ok; ++j) {
+      if (j == rank_) continue;
       int64_t got = 0;
-      iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(static_cast<uintptr_t>(all[2 * right + 1])), sizeof got};
-      ok = process_vm_readv(static_cast<pid_t>(cma_pids_[right]), &local, 1, &remote, 1, 0) == sizeof got && got == probe;
+      iovec local{&got, sizeof got}, remote{reinterpret_cast<void*>(static_cast<uintptr_t>(all[3 * j + 1])), sizeof got};
+      ok = process_vm_readv(static_cast<pid_t>(cma_pids_[j]), &local, 1, &remote, 1, 0) == sizeof got && got == all[3 * j + 2];
     }
 #endif
     {
@@ -912,7 +920,7 @@ class MpiCommunicator final : public Communicator {
     }
     const bool runs_long = shortest_run_bytes(x.send_runs, item) >= kCmaMinRunBytes &&
                            shortest_run_bytes(x.recv_runs, item) >= kCmaMinRunBytes;
-    const auto all = all_gather_host({describable && runs_long ? 1 : 0, std::max(bytes_sent, bytes_received)});
+    const auto all = all_gather_host({describable && runs_long && cma_allowed_ ? 1 : 0, std::max(bytes_sent, bytes_received)});
     bool want = true;
     int64_t most = 0;
     for (int j = 0; j < size_; ++j) want = want && all[2 * j] == 1, most = std::max(most, all[2 * j + 1]);
@@ -928,18 +936,32 @@ class MpiCommunicator final : public Communicator {
       Guard guard(*this, "exchange setup", 2 * R, DType::int64);
       guard.check(MPI_Alltoall(out.data(), 2 * R, MPI_INT64_T, in.data(), 2 * R, MPI_INT64_T, comm_), "MPI_Alltoall");
     }
+    // What each pair describes must be the same elements; otherwise (a bug, never expected) the
+    // group keeps MPI's datatypes, which check their own sizes.
+    int matched = 1;
+    std::vector<RegionRuns> theirs_sent(size_), theirs_received(size_);
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      theirs_sent[j] = RegionRuns::read(&in[static_cast<size_t>(j) * 2 * R]);
+      theirs_received[j] = RegionRuns::read(&in[static_cast<size_t>(j) * 2 * R + R]);
+      if (theirs_sent[j].elements != x.recv_runs[j].elements || theirs_received[j].elements != x.send_runs[j].elements)
+        matched = 0;
+    }
+    {
+      Guard guard(*this, "exchange setup", 1, DType::int32);
+      guard.check(MPI_Allreduce(MPI_IN_PLACE, &matched, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    }
+    if (!matched) return;
     x.pulls.assign(size_, {});
     x.pushes.assign(size_, {});
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
-      const RegionRuns theirs_sent = RegionRuns::read(&in[static_cast<size_t>(j) * 2 * R]);
-      const RegionRuns theirs_received = RegionRuns::read(&in[static_cast<size_t>(j) * 2 * R + R]);
-      if (x.recv_runs[j].elements && !pushed(theirs_sent, x.recv_runs[j]))
-        x.pulls[j] = pair_runs(theirs_sent, x.recv_runs[j], item);
-      if (x.send_runs[j].elements && pushed(x.send_runs[j], theirs_received))
-        x.pushes[j] = pair_runs(x.send_runs[j], theirs_received, item);
-      x.most_segments = std::max({x.most_segments, x.pulls[j].size(), x.pushes[j].size()});
+      if (x.recv_runs[j].elements && !pushed(theirs_sent[j], x.recv_runs[j]))
+        x.pulls[j] = pair_runs(theirs_sent[j], x.recv_runs[j], item);
+      if (x.send_runs[j].elements && pushed(x.send_runs[j], theirs_received[j]))
+        x.pushes[j] = pair_runs(x.send_runs[j], theirs_received[j], item);
     }
+    x.id = ++cma_prepared_;  // the same on every member: they prepare together, in the same order
     x.by_cma = true;
   }
 
@@ -947,34 +969,44 @@ class MpiCommunicator final : public Communicator {
   /// makes its reads and writes, and an all-reduce both holds every buffer until all copies are
   /// done and tells every member whether they all went through.
   void cma_exchange(const MpiRegionExchange& x, const void* send, void* recv, Guard& guard) {
-    const int64_t mine[2] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(send)),
-                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv))};
-    cma_bases_.resize(2 * static_cast<size_t>(size_));
-    guard.check(MPI_Allgather(mine, 2, MPI_INT64_T, cma_bases_.data(), 2, MPI_INT64_T, comm_),
+    const int64_t mine[3] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(send)),
+                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv)), x.id};
+    cma_bases_.resize(3 * static_cast<size_t>(size_));
+    guard.check(MPI_Allgather(mine, 3, MPI_INT64_T, cma_bases_.data(), 3, MPI_INT64_T, comm_),
                 "MPI_Allgather (exchange addresses)");
+    // Members that diverged could otherwise write with one exchange's geometry into another's
+    // buffers: every member sees every id, so all of them refuse alike before anything is copied.
+    for (int j = 0; j < size_; ++j)
+      if (cma_bases_[3 * j + 2] != x.id)
+        fail("strided exchange on ", group_text(), ": the members are not running the same exchange (world rank ",
+             world_ranks_[j], " runs the one prepared as number ", cma_bases_[3 * j + 2], ", world rank ",
+             world_ranks_[rank_], " number ", x.id, "); the ranks diverged");
     int failed = INT_MAX;  // the lowest world rank whose copy failed
     ++cma_counts().exchanges;
 #if defined(__linux__)
     static constexpr size_t kIov = 1024;  // IOV_MAX on Linux
-    cma_local_.resize(std::min(kIov, x.most_segments));
-    cma_remote_.resize(cma_local_.size());
+    cma_local_.resize(kIov);
+    cma_remote_.resize(kIov);
     auto at = [](int64_t base, int64_t offset) { return reinterpret_cast<void*>(static_cast<uintptr_t>(base + offset)); };
     // Copies `segments` with member j: read out of its send buffer, or written into its receive buffer.
     auto copy = [&](int j, const std::vector<CopySegment>& segments, bool push) {
-      for (size_t first = 0; first < segments.size() && failed == INT_MAX; first += kIov) {
-        const size_t n = std::min(kIov, segments.size() - first);
+      // Batches of at most kIov segments and kCmaBatchBytes (the kernel moves under 2 GiB a call).
+      for (size_t first = 0, n = 0; first < segments.size() && failed == INT_MAX; first += n) {
         ssize_t expected = 0;
+        n = 0;
+        while (first + n < segments.size() && n < kIov &&
+               (n == 0 || expected + segments[first + n].bytes <= kCmaBatchBytes))
+          expected += segments[first + n++].bytes;
         for (size_t k = 0; k < n; ++k) {
           const CopySegment& g = segments[first + k];
           const size_t bytes = static_cast<size_t>(g.bytes);
           if (push) {
             cma_local_[k] = {at(mine[0], g.from), bytes};
-            cma_remote_[k] = {at(cma_bases_[2 * j + 1], g.to), bytes};
+            cma_remote_[k] = {at(cma_bases_[3 * j + 1], g.to), bytes};
           } else {
             cma_local_[k] = {at(mine[1], g.to), bytes};
-            cma_remote_[k] = {at(cma_bases_[2 * j], g.from), bytes};
+            cma_remote_[k] = {at(cma_bases_[3 * j], g.from), bytes};
           }
-          expected += g.bytes;
         }
         const pid_t pid = static_cast<pid_t>(cma_pids_[j]);
         const ssize_t got = push ? process_vm_writev(pid, cma_local_.data(), n, cma_remote_.data(), n, 0)
@@ -1063,6 +1095,8 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> board_rows_;       // each member's row on the board, -1 off this node
   std::vector<char> ring_stage_[2];   // the ring reduction's staging: one block each, kept
   std::optional<bool> cma_usable_;    // cross-memory attach between the members: decided once
+  bool cma_allowed_ = true;           // false when buffers may be device memory
+  int64_t cma_prepared_ = 0;          // exchanges prepared for it, numbering them
   std::vector<int64_t> cma_pids_, cma_bases_;  // each member's process id; its send buffer this call
 #if defined(__linux__)
   std::vector<iovec> cma_local_, cma_remote_;  // one batch of segments, kept

@@ -52,6 +52,8 @@ class StagedMpiCommunicator final : public Communicator {
                                  bool pass_device_pointers = mpi_is_cuda_aware())
       : inner_(std::move(inner)), direct_(pass_device_pointers) {
     DAX_CHECK(inner_ != nullptr, "StagedMpiCommunicator: no MPI communicator given");
+    // Device pointers handed to MPI are not readable by process_vm_readv: MPI's datatypes move them.
+    if (direct_) inner_->allow_copies_by_cma(false);
   }
   ~StagedMpiCommunicator() override {
     // Copies out of the staging may still be running; the blocks must outlive them. Never throws
