@@ -22,6 +22,8 @@ namespace dax::detail {
 struct CmaCounts {
   int64_t exchanges = 0;
   int64_t groups_refused = 0;
+  int64_t segments = 0;       // paired runs copied
+  int64_t remote_iovecs = 0;  // the other process's side, after joining segments that follow on
 };
 inline CmaCounts& cma_counts() {
   static CmaCounts counts;
