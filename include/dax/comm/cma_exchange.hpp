@@ -77,9 +77,10 @@ struct RegionRuns {
   /// As int64s for another member: [base, length, elements, outer, counts..., strides...],
   /// padded to `record_size`; -1 in the first field when too deep to describe.
   static constexpr int record_size = 4 + 2 * kMaxOuter;
+  bool fits_record() const { return counts.size() <= static_cast<size_t>(kMaxOuter); }
   void write(int64_t* out) const {
     std::fill(out, out + record_size, 0);
-    if (counts.size() > static_cast<size_t>(kMaxOuter)) {
+    if (!fits_record()) {
       out[0] = -1;
       return;
     }

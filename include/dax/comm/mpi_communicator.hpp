@@ -77,19 +77,27 @@ inline std::vector<int> mpi_counts(const std::vector<int64_t>& v) {
   return out;
 }
 
-/// One derived datatype per member and direction, describing a region inside a row-major piece.
+/// One strided exchange, as runs per member and direction; and, unless the group copies it by
+/// cross-memory attach, as one derived datatype per member and direction for MPI_Alltoallw.
 class MpiRegionExchange final : public PreparedExchange {
  public:
   MpiRegionExchange(const Box& send_block, const std::vector<Box>& send, const Box& recv_block,
-                    const std::vector<Box>& recv, int self, int64_t item_bytes) {
-    mpi_check(MPI_Type_contiguous(mpi_count(item_bytes), MPI_BYTE, &element_), "MPI_Type_contiguous");
-    mpi_check(MPI_Type_commit(&element_), "MPI_Type_commit");
+                    const std::vector<Box>& recv, int self) {
     for (size_t j = 0; j < send.size(); ++j) {
-      add(send_block, static_cast<int>(j) == self ? Box{} : send[j], send_types, send_counts, static_cast<int>(j) == self);
-      add(recv_block, static_cast<int>(j) == self ? Box{} : recv[j], recv_types, recv_counts, static_cast<int>(j) == self);
       const bool own = static_cast<int>(j) == self;
       send_runs.push_back(own ? RegionRuns() : RegionRuns(send_block, send[j]));
       recv_runs.push_back(own ? RegionRuns() : RegionRuns(recv_block, recv[j]));
+    }
+  }
+  /// The datatypes, for an exchange that goes through MPI (the same regions as the constructor's).
+  void build_types(const Box& send_block, const std::vector<Box>& send, const Box& recv_block,
+                   const std::vector<Box>& recv, int self, int64_t item_bytes) {
+    mpi_check(MPI_Type_contiguous(mpi_count(item_bytes), MPI_BYTE, &element_), "MPI_Type_contiguous");
+    mpi_check(MPI_Type_commit(&element_), "MPI_Type_commit");
+    for (size_t j = 0; j < send.size(); ++j) {
+      const bool own = static_cast<int>(j) == self;
+      add(send_block, own ? Box{} : send[j], send_types, send_counts, own);
+      add(recv_block, own ? Box{} : recv[j], recv_types, recv_counts, own);
     }
     displs.assign(send.size(), 0);  // the types carry the offsets
   }
@@ -98,7 +106,7 @@ class MpiRegionExchange final : public PreparedExchange {
     MPI_Finalized(&finalized);
     if (finalized) return;
     for (MPI_Datatype t : owned_) MPI_Type_free(&t);
-    MPI_Type_free(&element_);
+    if (element_ != MPI_DATATYPE_NULL) MPI_Type_free(&element_);
   }
 
   std::vector<MPI_Datatype> send_types, recv_types;
@@ -316,8 +324,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                      const Box& recv_block, const std::vector<Box>& recv,
                                                      int64_t item_bytes) override {
-    auto x = std::make_unique<MpiRegionExchange>(send_block, send, recv_block, recv, rank_, item_bytes);
+    auto x = std::make_unique<MpiRegionExchange>(send_block, send, recv_block, recv, rank_);
     prepare_cma(*x, item_bytes);
+    if (!x->by_cma) x->build_types(send_block, send, recv_block, recv, rank_, item_bytes);
     return x;
   }
 
@@ -863,7 +872,10 @@ class MpiCommunicator final : public Communicator {
     ok = 0;
 #endif
     MPI_Comm node = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    {
+      Guard guard(*this, "exchange setup", 0, DType::int32);
+      guard.check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    }
     int on_node = 0;
     mpi_check(MPI_Comm_size(node, &on_node), "MPI_Comm_size");
     MPI_Comm_free(&node);
@@ -913,8 +925,7 @@ class MpiCommunicator final : public Communicator {
     bool describable = true;
     int64_t bytes_sent = 0, bytes_received = 0;
     for (size_t j = 0; j < x.send_runs.size(); ++j) {
-      describable = describable && x.send_runs[j].counts.size() <= static_cast<size_t>(RegionRuns::kMaxOuter) &&
-                    x.recv_runs[j].counts.size() <= static_cast<size_t>(RegionRuns::kMaxOuter);
+      describable = describable && x.send_runs[j].fits_record() && x.recv_runs[j].fits_record();
       bytes_sent += x.send_runs[j].elements * item;
       bytes_received += x.recv_runs[j].elements * item;
     }
