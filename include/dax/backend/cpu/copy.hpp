@@ -5,12 +5,59 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <dax/backend/copy_mode.hpp>
 #include <dax/core/shape.hpp>
 
 namespace dax::detail::cpu {
+
+/// Copies at least this large (bytes in all) that read a contiguous source write with streaming
+/// stores: the destination is far larger than a core's cache and written once, so ordinary stores
+/// would first read every line of it (on this project's x86 machine 1.2-1.4x the time of the
+/// streamed copy, whether the destination's runs are strided or not).
+/// glibc's memcpy switches to them only past its own threshold, which virtual machines often set
+/// from a reported cache of hundreds of MiB.
+inline constexpr int64_t kStreamingCopyFrom = int64_t(4) << 20;
+
+/// `bytes` from `src` to `dst` with non-temporal stores where the target has them: 16-byte
+/// aligned blocks of 64 bytes streamed, the unaligned head and the tail copied as usual. The
+/// caller fences (stream_fence) before anyone else reads `dst`.
+inline void stream_copy(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  std::memcpy(d, s, bytes);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+/// Orders earlier streaming stores before later stores (another thread or process may read next).
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
 
 /// dst[region] (=|+=) src[region], where src holds the piece `src_block` of the global array and
 /// dst the piece `dst_block`, both row-major; `region` lies inside both.
@@ -44,13 +91,22 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
   std::vector<int64_t> index(inner, 0);
   const T* from = src + src_off;
   T* to = dst + dst_off;
+  // Streaming only for large copies of runs of a cache line or more that read one contiguous
+  // stretch of the source: beside strided reads (one run here, the next a row further on) the
+  // streamed copy measured slower than the ordinary one.
+  const bool streaming = std::is_trivially_copyable_v<T> && mode == CopyMode::assign &&
+                         run * static_cast<int64_t>(sizeof(T)) >= 64 &&
+                         numel(region) * static_cast<int64_t>(sizeof(T)) >= kStreamingCopyFrom &&
+                         is_contiguous_in(src_block, region);
   while (true) {
     int64_t so = 0, dof = 0;
     for (size_t i = 0; i < inner; ++i) {
       so += index[i] * src_stride[i];
       dof += index[i] * dst_stride[i];
     }
-    if (mode == CopyMode::assign) {
+    if (streaming) {
+      stream_copy(to + dof, from + so, static_cast<size_t>(run) * sizeof(T));
+    } else if (mode == CopyMode::assign) {
       std::copy(from + so, from + so + run, to + dof);
     } else {
       for (int64_t k = 0; k < run; ++k) to[dof + k] += from[so + k];
@@ -59,6 +115,7 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
     while (i > 0 && ++index[i - 1] == extent[i - 1]) index[--i] = 0;
     if (i == 0) break;
   }
+  if (streaming) stream_fence();
 }
 
 template <class T>
