@@ -56,20 +56,30 @@ TEST_CASE("stream_copy copies every byte at every alignment and length", "[backe
 
 TEST_CASE("large copies (streaming stores) land exactly, strided and contiguous, at odd offsets",
           "[backend][cpu]") {
-  // Past kStreamingCopyFrom: float rows of 1,001 elements (runs not a multiple of 16 bytes, so the
-  // runs start at every alignment): whole rows into wider rows, and a block of columns.
+  // Past kStreamingCopyFrom, from a contiguous source (the streamed case): whole rows of 1,001
+  // floats into rows of 1,003 (4,012 bytes, so the runs start at four alignments in turn), and a
+  // block of columns held alone into wider rows; then the same from a strided source (not
+  // streamed), which must land alike.
   std::mt19937 rng(5);
   const int64_t rows = 1500, cols = 1001;
-  const dax::Box src_block{{0, rows}, {0, cols}};
-  std::vector<float> src(static_cast<size_t>(rows * cols));
-  for (auto& v : src) v = std::uniform_real_distribution<float>(-1, 1)(rng);
-  for (const dax::Box& region : {dax::Box{{3, rows - 2}, {0, cols}}, dax::Box{{0, rows}, {17, cols - 5}}}) {
-    const dax::Box dst_block{{0, rows + 1}, {0, cols + 3}};
-    REQUIRE(dax::numel(region) * int64_t(sizeof(float)) >= dax::detail::cpu::kStreamingCopyFrom);
-    std::vector<float> got(static_cast<size_t>(dax::numel(dst_block)), -7.f), want = got;
-    dax::detail::cpu::copy_region(src.data(), src_block, got.data(), dst_block, region);
-    for_each_index(region, [&](const std::vector<int64_t>& idx) {
-      want[offset(dst_block, idx)] = src[offset(src_block, idx)];
+  struct Case {
+    dax::Box src_block, dst_block, region;
+    bool streamed;
+  };
+  const std::vector<Case> cases{
+      {{{0, rows}, {0, cols}}, {{0, rows + 1}, {0, cols + 2}}, {{3, rows - 2}, {0, cols}}, true},
+      {{{0, rows}, {17, cols - 5}}, {{0, rows + 1}, {0, cols + 2}}, {{0, rows}, {17, cols - 5}}, true},
+      {{{0, rows}, {0, cols}}, {{0, rows + 1}, {0, cols + 2}}, {{0, rows}, {17, cols - 5}}, false},
+  };
+  for (const Case& c : cases) {
+    std::vector<float> src(static_cast<size_t>(dax::numel(c.src_block)));
+    for (auto& v : src) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    REQUIRE(dax::numel(c.region) * int64_t(sizeof(float)) >= dax::detail::cpu::kStreamingCopyFrom);
+    REQUIRE(dax::is_contiguous_in(c.src_block, c.region) == c.streamed);
+    std::vector<float> got(static_cast<size_t>(dax::numel(c.dst_block)), -7.f), want = got;
+    dax::detail::cpu::copy_region(src.data(), c.src_block, got.data(), c.dst_block, c.region);
+    for_each_index(c.region, [&](const std::vector<int64_t>& idx) {
+      want[offset(c.dst_block, idx)] = src[offset(c.src_block, idx)];
     });
     size_t wrong = 0;  // not REQUIRE(got == want): a report would print 1.5 million floats
     for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != want[i];
