@@ -54,12 +54,45 @@ TEST_CASE("stream_copy copies every byte at every alignment and length", "[backe
       }
 }
 
+TEST_CASE("stream_copy_side_by_side copies every run at mixed alignments and lengths", "[backend][cpu]") {
+  // Runs whose destinations start at different alignments in one group (so their heads and
+  // interleaved block counts differ), for every count up to kRunsSideBySide.
+  std::mt19937 rng(13);
+  constexpr int most = dax::detail::cpu::kRunsSideBySide;
+  const size_t slot = 4096 + 64;
+  std::vector<unsigned char> src(most * slot), dst(src.size());
+  for (auto& b : src) b = static_cast<unsigned char>(rng());
+  for (int count = 1; count <= most; ++count)
+    for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(79), size_t(130), size_t(4000)})
+      for (int trial = 0; trial < 8; ++trial) {
+        char* to[most];
+        const char* from[most];
+        size_t to_off[most], from_off[most];
+        for (int k = 0; k < count; ++k) {
+          to_off[k] = k * slot + rng() % 32;
+          from_off[k] = k * slot + rng() % 32;
+          to[k] = reinterpret_cast<char*>(dst.data() + to_off[k]);
+          from[k] = reinterpret_cast<const char*>(src.data() + from_off[k]);
+        }
+        std::fill(dst.begin(), dst.end(), 0xA5);
+        dax::detail::cpu::stream_copy_side_by_side(to, from, count, bytes);
+        dax::detail::cpu::stream_fence();
+        std::vector<unsigned char> want(dst.size(), 0xA5);
+        for (int k = 0; k < count; ++k)
+          std::copy_n(src.begin() + from_off[k], bytes, want.begin() + to_off[k]);
+        size_t wrong = 0;
+        for (size_t i = 0; i < dst.size(); ++i) wrong += dst[i] != want[i];
+        INFO("count " << count << " bytes " << bytes << " trial " << trial);
+        REQUIRE(wrong == 0);
+      }
+}
+
 TEST_CASE("large copies (streaming stores) land exactly, strided and contiguous, at odd offsets",
           "[backend][cpu]") {
   // Past kStreamingCopyFrom, from a contiguous source (the streamed case): whole rows of 1,001
   // floats into rows of 1,003 (4,012 bytes, so the runs start at four alignments in turn), and a
-  // block of columns held alone into wider rows; then the same from a strided source (not
-  // streamed), which must land alike.
+  // block of columns held alone into wider rows; then the same from a strided source, streamed
+  // eight runs side by side (1,500 rows: the last group holds four), which must land alike.
   std::mt19937 rng(5);
   const int64_t rows = 1500, cols = 1001;
   struct Case {

@@ -18,13 +18,26 @@
 
 namespace dax::detail::cpu {
 
-/// Copies at least this large (bytes in all) that read a contiguous source write with streaming
-/// stores: the destination is far larger than a core's cache and written once, so ordinary stores
-/// would first read every line of it (on this project's x86 machine 1.2-1.4x the time of the
-/// streamed copy, whether the destination's runs are strided or not).
-/// glibc's memcpy switches to them only past its own threshold, which virtual machines often set
-/// from a reported cache of hundreds of MiB.
+/// Copies at least this large (bytes in all) write with streaming stores: the destination is far
+/// larger than a core's cache and written once, so ordinary stores would first read every line of
+/// it (on this project's x86 machine 1.2-1.4x the time of the streamed copy, whether the
+/// destination's runs are strided or not). glibc's memcpy switches to them only past its own
+/// threshold, which virtual machines often set from a reported cache of hundreds of MiB.
 inline constexpr int64_t kStreamingCopyFrom = int64_t(4) << 20;
+
+#if defined(__SSE2__)
+/// 64 bytes from `s` to `d` (16-byte aligned) with non-temporal stores.
+inline void stream_64(char* d, const char* s) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+}
+#endif
 
 /// `bytes` from `src` to `dst` with non-temporal stores where the target has them: 16-byte
 /// aligned blocks of 64 bytes streamed, the unaligned head and the tail copied as usual. The
@@ -36,19 +49,41 @@ inline void stream_copy(void* dst, const void* src, size_t bytes) {
   const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
   std::memcpy(d, s, head);
   d += head, s += head, bytes -= head;
-  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
-  }
+  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) stream_64(d, s);
   std::memcpy(d, s, bytes);
 #else
   std::memcpy(dst, src, bytes);
+#endif
+}
+
+/// How many runs of a strided source copy_region streams side by side. On this project's x86
+/// machine 8 runs copied 1.2-1.75x as fast as one after another (runs of 64 B-16 KiB); 6 and 12
+/// measured alike. A contiguous source gains nothing: its runs follow on, one stream already.
+inline constexpr int kRunsSideBySide = 8;
+
+/// Copies `count` (at most kRunsSideBySide) runs of `bytes` each, src[k] to dst[k], side by side:
+/// 64 bytes of every run in turn, with streaming stores. Read one after another, runs spread over
+/// memory stall at the start of each while the prefetcher picks the new stream up; read side by
+/// side, `count` streams are in flight at once. Each run's unaligned head and its tail are copied
+/// alone. The caller fences.
+inline void stream_copy_side_by_side(char* const* dst, const char* const* src, int count, size_t bytes) {
+#if defined(__SSE2__)
+  size_t head[kRunsSideBySide];
+  size_t blocks = bytes / 64;
+  for (int k = 0; k < count; ++k) {
+    head[k] = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst[k]) % 16) % 16);
+    std::memcpy(dst[k], src[k], head[k]);
+    blocks = std::min(blocks, (bytes - head[k]) / 64);
+  }
+  for (size_t b = 0; b < blocks; ++b) {
+    for (int k = 0; k < count; ++k) stream_64(dst[k] + head[k] + 64 * b, src[k] + head[k] + 64 * b);
+  }
+  for (int k = 0; k < count; ++k) {
+    const size_t done = head[k] + 64 * blocks;
+    stream_copy(dst[k] + done, src[k] + done, bytes - done);
+  }
+#else
+  for (int k = 0; k < count; ++k) std::memcpy(dst[k], src[k], bytes);
 #endif
 }
 
@@ -91,21 +126,30 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
   std::vector<int64_t> index(inner, 0);
   const T* from = src + src_off;
   T* to = dst + dst_off;
-  // Streaming only for large copies of runs of a cache line or more that read one contiguous
-  // stretch of the source: beside strided reads (one run here, the next a row further on) the
-  // streamed copy measured slower than the ordinary one.
-  const bool streaming = std::is_trivially_copyable_v<T> && mode == CopyMode::assign &&
-                         run * static_cast<int64_t>(sizeof(T)) >= 64 &&
-                         numel(region) * static_cast<int64_t>(sizeof(T)) >= kStreamingCopyFrom &&
-                         is_contiguous_in(src_block, region);
+  // Streaming only for large copies of runs of a cache line or more. A contiguous source is read
+  // run after run; a strided one (one run here, the next a row further on) side by side.
+  const int64_t run_bytes = run * static_cast<int64_t>(sizeof(T));
+  const bool streaming = std::is_trivially_copyable_v<T> && mode == CopyMode::assign && run_bytes >= 64 &&
+                         numel(region) * static_cast<int64_t>(sizeof(T)) >= kStreamingCopyFrom;
+  const bool side_by_side = streaming && !is_contiguous_in(src_block, region);
+  char* group_dst[kRunsSideBySide];
+  const char* group_src[kRunsSideBySide];
+  int grouped = 0;
   while (true) {
     int64_t so = 0, dof = 0;
     for (size_t i = 0; i < inner; ++i) {
       so += index[i] * src_stride[i];
       dof += index[i] * dst_stride[i];
     }
-    if (streaming) {
-      stream_copy(to + dof, from + so, static_cast<size_t>(run) * sizeof(T));
+    if (side_by_side) {
+      group_dst[grouped] = reinterpret_cast<char*>(to + dof);
+      group_src[grouped] = reinterpret_cast<const char*>(from + so);
+      if (++grouped == kRunsSideBySide) {
+        stream_copy_side_by_side(group_dst, group_src, grouped, static_cast<size_t>(run_bytes));
+        grouped = 0;
+      }
+    } else if (streaming) {
+      stream_copy(to + dof, from + so, static_cast<size_t>(run_bytes));
     } else if (mode == CopyMode::assign) {
       std::copy(from + so, from + so + run, to + dof);
     } else {
@@ -115,6 +159,7 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
     while (i > 0 && ++index[i - 1] == extent[i - 1]) index[--i] = 0;
     if (i == 0) break;
   }
+  if (grouped > 0) stream_copy_side_by_side(group_dst, group_src, grouped, static_cast<size_t>(run_bytes));
   if (streaming) stream_fence();
 }
 
