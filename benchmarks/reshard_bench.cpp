@@ -123,6 +123,10 @@ void run(dax::Runtime& rt, const dax::Shape& shape, int iters, const std::string
   measure({"R -> S(0)", "local_slice", bytes / n, 1},
           [&] { return dax::reshard(replicated, on(line, dax::P("x"))); },
           [&](T* send, T* recv) { std::memcpy(recv, send + rt.rank() * piece, piece * sizeof(T)); });
+  // A block of columns: a strided read of the replicated piece, against a memcpy of the same bytes.
+  measure({"R -> S(1)", "local_slice", bytes / n, 1},
+          [&] { return dax::reshard(replicated, on(line, dax::P(dax::none, "x"))); },
+          [&](T* send, T* recv) { std::memcpy(recv, send + rt.rank() * piece, piece * sizeof(T)); });
   if (n == 4) {
     const dax::Mesh grid({2, 2}, {"x", "y"});
     const auto blocks = dax::reshard(dax::device_put(host, shape, on(grid, dax::P())), on(grid, dax::P("x", "y")));
