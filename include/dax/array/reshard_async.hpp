@@ -94,8 +94,6 @@ class PendingArray {
 
   PendingArray() = default;
 
-  static bool communicates(const detail::StepProgram& p) { return p.comm && !p.share && !p.view && !p.zero; }
-
   void end_step_in_flight(State& s) {
     s.inflight.pending.reset();  // the request goes (waited for) before the buffers it uses
     s.inflight = {};
@@ -119,11 +117,11 @@ class PendingArray {
           return;
         }
         const detail::StepProgram& step = s.program->steps[s.next];
-        if (communicates(step) && (mode == Mode::progress || (mode == Mode::start && s.started_collective))) return;
+        if (step.communicates() && (mode == Mode::progress || (mode == Mode::start && s.started_collective))) return;
         s.inflight = detail::start_step<T>(step, s.piece, true);
         ++s.next;
         s.in_flight = true;
-        s.started_collective = s.started_collective || communicates(step);
+        s.started_collective = s.started_collective || step.communicates();
       }
     } catch (...) {
       // A failed step (a divergence, an MPI error) ends the reshard here, as it ends a blocking

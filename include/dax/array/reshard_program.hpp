@@ -34,6 +34,10 @@ struct StepProgram {
   int64_t received = 0;          // elements this device receives (for comm_stats)
   std::shared_ptr<PreparedExchange> prepared;  // strided regions sent and received in place
   std::string axes_text;
+
+  /// Whether running the step calls its group's collective (it does unless this device is alone
+  /// in its group or keeps, views or zeroes its piece).
+  bool communicates() const { return comm && !share && !view && !zero; }
 };
 
 struct ReshardProgram {
