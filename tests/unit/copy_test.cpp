@@ -55,11 +55,11 @@ TEST_CASE("stream_copy copies every byte at every alignment and length", "[backe
 }
 
 TEST_CASE("stream_copy_side_by_side copies every run at mixed alignments and lengths", "[backend][cpu]") {
-  // Runs whose destinations start at different alignments in one group (so their heads and
-  // interleaved block counts differ), for every count up to kRunsSideBySide.
+  // Runs whose destinations start at different offsets within a cache line in one group (so their
+  // heads and the group's common block count differ), for every count up to two groups and more.
   std::mt19937 rng(13);
-  constexpr int most = dax::detail::cpu::kRunsSideBySide;
-  const size_t slot = 4096 + 64;
+  constexpr int most = 2 * dax::detail::cpu::kRunsSideBySide + 3;
+  const size_t slot = 4096 + 128;
   std::vector<unsigned char> src(most * slot), dst(src.size());
   for (auto& b : src) b = static_cast<unsigned char>(rng());
   for (int count = 1; count <= most; ++count)
@@ -69,8 +69,8 @@ TEST_CASE("stream_copy_side_by_side copies every run at mixed alignments and len
         const char* from[most];
         size_t to_off[most], from_off[most];
         for (int k = 0; k < count; ++k) {
-          to_off[k] = k * slot + rng() % 32;
-          from_off[k] = k * slot + rng() % 32;
+          to_off[k] = k * slot + rng() % 64;
+          from_off[k] = k * slot + rng() % 64;
           to[k] = reinterpret_cast<char*>(dst.data() + to_off[k]);
           from[k] = reinterpret_cast<const char*>(src.data() + from_off[k]);
         }
@@ -89,32 +89,35 @@ TEST_CASE("stream_copy_side_by_side copies every run at mixed alignments and len
 
 TEST_CASE("large copies (streaming stores) land exactly, strided and contiguous, at odd offsets",
           "[backend][cpu]") {
-  // Past kStreamingCopyFrom, from a contiguous source (the streamed case): whole rows of 1,001
-  // floats into rows of 1,003 (4,012 bytes, so the runs start at four alignments in turn), and a
-  // block of columns held alone into wider rows; then the same from a strided source, streamed
-  // eight runs side by side (1,500 rows: the last group holds four), which must land alike.
+  // Past kStreamingCopyFrom every case streams. From a contiguous source, run after run: whole
+  // rows of 1,001 floats into rows of 1,003 (4,012 bytes, so the runs start at 16 offsets within
+  // a cache line in turn), and a block of columns held alone into wider rows. From a strided
+  // source, eight runs side by side: 1,500 rows (the last group holds four) whose 3,916-byte runs
+  // stream 60 or 61 whole lines, depending on their start. Last, runs that follow on in the source
+  // (one run per middle index) without the region being contiguous there: run after run again.
   std::mt19937 rng(5);
   const int64_t rows = 1500, cols = 1001;
   struct Case {
     dax::Box src_block, dst_block, region;
-    bool streamed;
+    bool contiguous_source;
   };
   const std::vector<Case> cases{
       {{{0, rows}, {0, cols}}, {{0, rows + 1}, {0, cols + 2}}, {{3, rows - 2}, {0, cols}}, true},
       {{{0, rows}, {17, cols - 5}}, {{0, rows + 1}, {0, cols + 2}}, {{0, rows}, {17, cols - 5}}, true},
       {{{0, rows}, {0, cols}}, {{0, rows + 1}, {0, cols + 2}}, {{0, rows}, {17, cols - 5}}, false},
+      {{{0, 4}, {0, 400}, {0, cols}}, {{0, 4}, {0, 400}, {0, cols + 2}}, {{0, 4}, {10, 390}, {0, cols}}, false},
   };
   for (const Case& c : cases) {
     std::vector<float> src(static_cast<size_t>(dax::numel(c.src_block)));
     for (auto& v : src) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     REQUIRE(dax::numel(c.region) * int64_t(sizeof(float)) >= dax::detail::cpu::kStreamingCopyFrom);
-    REQUIRE(dax::is_contiguous_in(c.src_block, c.region) == c.streamed);
+    REQUIRE(dax::is_contiguous_in(c.src_block, c.region) == c.contiguous_source);
     std::vector<float> got(static_cast<size_t>(dax::numel(c.dst_block)), -7.f), want = got;
     dax::detail::cpu::copy_region(src.data(), c.src_block, got.data(), c.dst_block, c.region);
     for_each_index(c.region, [&](const std::vector<int64_t>& idx) {
       want[offset(c.dst_block, idx)] = src[offset(c.src_block, idx)];
     });
-    size_t wrong = 0;  // not REQUIRE(got == want): a report would print 1.5 million floats
+    size_t wrong = 0;  // not REQUIRE(got == want): a report would print millions of floats
     for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != want[i];
     REQUIRE(wrong == 0);
   }

@@ -61,26 +61,31 @@ inline void stream_copy(void* dst, const void* src, size_t bytes) {
 /// measured alike. A contiguous source gains nothing: its runs follow on, one stream already.
 inline constexpr int kRunsSideBySide = 8;
 
-/// Copies `count` (at most kRunsSideBySide) runs of `bytes` each, src[k] to dst[k], side by side:
-/// 64 bytes of every run in turn, with streaming stores. Read one after another, runs spread over
+/// Copies `count` runs of `bytes` each, src[k] to dst[k], side by side: kRunsSideBySide runs at a
+/// time, 64 bytes of each in turn, with streaming stores. Read one after another, runs spread over
 /// memory stall at the start of each while the prefetcher picks the new stream up; read side by
-/// side, `count` streams are in flight at once. Each run's unaligned head and its tail are copied
-/// alone. The caller fences.
+/// side, that many streams are in flight at once. Each run's head up to a cache-line boundary and
+/// its tail are copied alone, so every streamed block fills one whole line. The caller fences.
 inline void stream_copy_side_by_side(char* const* dst, const char* const* src, int count, size_t bytes) {
 #if defined(__SSE2__)
-  size_t head[kRunsSideBySide];
-  size_t blocks = bytes / 64;
-  for (int k = 0; k < count; ++k) {
-    head[k] = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst[k]) % 16) % 16);
-    std::memcpy(dst[k], src[k], head[k]);
-    blocks = std::min(blocks, (bytes - head[k]) / 64);
-  }
-  for (size_t b = 0; b < blocks; ++b) {
-    for (int k = 0; k < count; ++k) stream_64(dst[k] + head[k] + 64 * b, src[k] + head[k] + 64 * b);
-  }
-  for (int k = 0; k < count; ++k) {
-    const size_t done = head[k] + 64 * blocks;
-    stream_copy(dst[k] + done, src[k] + done, bytes - done);
+  for (int first = 0; first < count; first += kRunsSideBySide) {
+    const int group = std::min(count - first, kRunsSideBySide);
+    char* const* to = dst + first;
+    const char* const* from = src + first;
+    size_t head[kRunsSideBySide];
+    size_t blocks = bytes / 64;
+    for (int k = 0; k < group; ++k) {
+      head[k] = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(to[k]) % 64) % 64);
+      std::memcpy(to[k], from[k], head[k]);
+      blocks = std::min(blocks, (bytes - head[k]) / 64);
+    }
+    for (size_t b = 0; b < blocks; ++b) {
+      for (int k = 0; k < group; ++k) stream_64(to[k] + head[k] + 64 * b, from[k] + head[k] + 64 * b);
+    }
+    for (int k = 0; k < group; ++k) {
+      const size_t done = head[k] + 64 * blocks;
+      stream_copy(to[k] + done, from[k] + done, bytes - done);
+    }
   }
 #else
   for (int k = 0; k < count; ++k) std::memcpy(dst[k], src[k], bytes);
@@ -126,12 +131,13 @@ void copy_region(const T* src, const Box& src_block, T* dst, const Box& dst_bloc
   std::vector<int64_t> index(inner, 0);
   const T* from = src + src_off;
   T* to = dst + dst_off;
-  // Streaming only for large copies of runs of a cache line or more. A contiguous source is read
-  // run after run; a strided one (one run here, the next a row further on) side by side.
+  // Streaming only for large copies of runs of a cache line or more. Runs that follow on in the
+  // source are read one after another (one stream already); strided ones (one run here, the next
+  // a row further on) side by side.
   const int64_t run_bytes = run * static_cast<int64_t>(sizeof(T));
   const bool streaming = std::is_trivially_copyable_v<T> && mode == CopyMode::assign && run_bytes >= 64 &&
                          numel(region) * static_cast<int64_t>(sizeof(T)) >= kStreamingCopyFrom;
-  const bool side_by_side = streaming && !is_contiguous_in(src_block, region);
+  const bool side_by_side = streaming && inner > 0 && src_stride[inner - 1] != run;
   char* group_dst[kRunsSideBySide];
   const char* group_src[kRunsSideBySide];
   int grouped = 0;
