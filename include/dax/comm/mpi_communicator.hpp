@@ -1,7 +1,7 @@
 // Communicator over an MPI communicator (host buffers). Errors come back as dax::Error naming the
-// MPI call: dax's communicators use MPI_ERRORS_RETURN. Every collective is guarded: with
-// DAX_CHECK_COLLECTIVES=1 the members first compare what each is about to call, and a watchdog
-// aborts the job when a call outlives DAX_TIMEOUT_S.
+// MPI call: dax's communicators use MPI_ERRORS_RETURN. Every collective runs under a Guard of the
+// group's MpiCallChecks (comm/mpi_call_checks.hpp): numbered, compared with the other members' calls
+// and watched, so ranks that diverge or stall are reported instead of hanging.
 #pragma once
 
 #include <mpi.h>
@@ -28,9 +28,8 @@
 #include <string>
 #include <vector>
 
-#include <dax/comm/call_board.hpp>
 #include <dax/comm/cma_exchange.hpp>
-#include <dax/comm/collective_checks.hpp>
+#include <dax/comm/mpi_call_checks.hpp>
 #include <dax/comm/communicator.hpp>
 #include <dax/comm/in_flight.hpp>
 #include <dax/comm/mpi_check.hpp>
@@ -62,19 +61,6 @@ inline MPI_Op mpi_op(ReduceOp op, DType t) {
     case ReduceOp::min: return MPI_MIN;
   }
   return MPI_SUM;
-}
-
-/// MPI counts are ints: larger pieces are refused rather than truncated.
-inline int mpi_count(int64_t n) {
-  DAX_CHECK(n >= 0 && n <= INT_MAX, "MPI transport: a count of ", n,
-            " elements exceeds MPI's int limit (", INT_MAX, ")");
-  return static_cast<int>(n);
-}
-
-inline std::vector<int> mpi_counts(const std::vector<int64_t>& v) {
-  std::vector<int> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = mpi_count(v[i]);
-  return out;
 }
 
 /// One strided exchange, as runs per member and direction; and, unless the group copies it by
@@ -150,85 +136,39 @@ class MpiRegionExchange final : public PreparedExchange {
   std::vector<MPI_Datatype> owned_;
 };
 
-/// Prints the report of a collective that did not finish and leaves with exit code 70.
-///
-/// Not MPI_Abort: when several ranks time out together they all call it at once, and Open MPI
-/// 4.1's launcher was seen to hang there for good (ranks gone, mpirun wedged). Leaving without
-/// finalizing ends the job just as surely: the launcher stops every other process when one exits
-/// abnormally, and any rank it does not stop is itself waiting in a collective under its own
-/// watchdog, so it leaves within the same timeout.
-///
-/// The abort hooks run first (ncclCommAbort on GPUs, so NCCL kernels waiting for a lost peer
-/// stop), for at most 10 s: the job ends even if a broken device never lets them return.
-inline void abort_job(const std::string& report, int code = 70) {
-  std::fprintf(stderr, "%s\n", report.c_str());
-  std::fflush(stderr);
-  if (!abort_hooks().run(std::chrono::seconds(10)))
-    std::fprintf(stderr, "dax: the abort hooks (ncclCommAbort) did not return within 10 s; exiting without them\n");
-  std::_Exit(code);
-}
-
-/// The same for a call that can no longer finish (ranks diverged, a peer left): exit code 1, the
-/// code of an uncaught dax::Error; a timeout keeps 70.
-inline void fail_job(const std::string& report) { abort_job(report, 1); }
-inline void abort_job_timed_out(const std::string& report) { abort_job(report, 70); }
-
-/// The last collective this process called, for the notice it sends when it leaves.
-struct LastCollective {
-  const char* kind = nullptr;
-  int64_t count = 0;
-  DType type = DType::float32;
-  int64_t number = 0;
-  const std::string* group = nullptr;
-};
-inline LastCollective& last_collective() {
-  static LastCollective last;
-  return last;
-}
-inline std::string last_collective_text() {
-  const LastCollective& l = last_collective();
-  if (!l.kind) return "it had called no collective";
-  return cat("its last collective was ", l.count ? cat(l.kind, " of ", l.count, " ", to_string(l.type)) : std::string(l.kind),
-             " (call #", l.number, " on the group ", l.group ? *l.group : std::string("?"), ")");
-}
-
-/// Whether two records describe the same call (whoever sent them).
-inline bool same_call(const CallRecord& a, const CallRecord& b) {
-  return a.number == b.number && a.count == b.count && a.type == b.type && std::strcmp(a.kind, b.kind) == 0;
-}
-
-/// "all_reduce of 1 float32 (call #3 on this group)", from a record.
-inline std::string call_record_text(const CallRecord& r) {
-  std::string s = r.count ? cat(r.kind, " of ", r.count, " ", to_string(static_cast<DType>(r.type))) : std::string(r.kind);
-  return s + " (call #" + std::to_string(r.number) + " on this group)";
-}
-
 class MpiCommunicator final : public Communicator {
+  using Guard = MpiCallChecks::Guard;
+  using Pending = MpiCallChecks::Pending;
+
+  static MPI_Comm returning_errors(MPI_Comm comm) {
+    mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    return comm;
+  }
+  static int rank_in(MPI_Comm comm) {
+    int rank = 0;
+    mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    return rank;
+  }
+  static int size_of(MPI_Comm comm) {
+    int size = 0;
+    mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    return size;
+  }
+
  public:
   /// Takes ownership of `comm` (freed on destruction). `name` and `world_ranks` describe the group
   /// in reports; `watchdog` (may be null) bounds every collective's time.
   explicit MpiCommunicator(MPI_Comm comm, std::string name = "world", std::vector<int> world_ranks = {},
                            Watchdog* watchdog = nullptr)
-      : comm_(comm), name_(std::move(name)), world_ranks_(std::move(world_ranks)), watchdog_(watchdog) {
-    mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    if (world_ranks_.empty())
-      for (int r = 0; r < size_; ++r) world_ranks_.push_back(r);
-    // Under the light check, members on one node post their records on the node's board.
-    if (CallBoard* board = job_call_board(); board && size_ > 1 && collective_checks().light) {
-      board_group_ = board->agree_group_id(comm_);  // collective over the group, as its creation was
-      board_rows_.assign(size_, -1);
-      for (int j = 0; j < size_; ++j) board_rows_[j] = board->node_rank_of(world_ranks_[j]);
-      if (board_group_ >= 0 && board_rows_[rank_] >= 0) board_ = board;
-    }
-  }
+      : comm_(returning_errors(comm)),
+        rank_(rank_in(comm_)),
+        size_(size_of(comm_)),
+        checks_(comm_, rank_, size_, std::move(name), std::move(world_ranks), watchdog) {}
   ~MpiCommunicator() override {
+    checks_.free_requests();  // they use the communicator
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (finalized) return;
-    for (MPI_Request& r : records_) MPI_Request_free(&r);
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -241,7 +181,7 @@ class MpiCommunicator final : public Communicator {
                    const std::vector<int64_t>& displs, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const auto c = mpi_counts(counts), d = mpi_counts(displs);
-    Guard guard(*this, "all_gather", total(counts), type);  // the same on every member
+    Guard guard(checks_, "all_gather", total(counts), type);  // the same on every member
     guard.check(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? c[rank_] : 0, t, recv, c.data(),
                              d.data(), t, comm_),
               "MPI_Allgatherv");
@@ -254,7 +194,7 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype t = mpi_type(type);
     const auto sc = mpi_counts(send_counts), sd = mpi_counts(send_displs);
     const auto rc = mpi_counts(recv_counts), rd = mpi_counts(recv_displs);
-    Guard guard(*this, "all_to_all", 0, type);  // members send different amounts
+    Guard guard(checks_, "all_to_all", 0, type);  // members send different amounts
     guard.check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_),
               "MPI_Alltoallv");
   }
@@ -262,7 +202,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts, DType type,
                       ReduceOp op) override {
     const auto c = mpi_counts(counts);
-    Guard guard(*this, "reduce_scatter", total(counts), type);
+    Guard guard(checks_, "reduce_scatter", total(counts), type);
     if (use_ring(total(counts), type)) {
       std::vector<int64_t> displs(counts.size(), 0);
       for (size_t j = 1; j < counts.size(); ++j) displs[j] = displs[j - 1] + counts[j - 1];
@@ -281,7 +221,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_reduce(const void* send, void* recv, int64_t count, DType type, ReduceOp op) override {
-    Guard guard(*this, "all_reduce", count, type);
+    Guard guard(checks_, "all_reduce", count, type);
     if (use_ring(count, type)) {  // a ring reduce-scatter, then every block to every member
       std::vector<int64_t> counts(size_), displs(size_);
       for (int j = 0; j < size_; ++j) {
@@ -303,19 +243,19 @@ class MpiCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, int64_t count, DType type, int root) override {
-    Guard guard(*this, "broadcast", count, type);
+    Guard guard(checks_, "broadcast", count, type);
     guard.check(MPI_Bcast(data, mpi_count(count), mpi_type(type), root, comm_), "MPI_Bcast");
   }
 
   void barrier() override {
-    Guard guard(*this, "barrier", 0, DType::int64);
+    Guard guard(checks_, "barrier", 0, DType::int64);
     guard.check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
-    Guard guard(*this, "send_recv", count, type);
+    Guard guard(checks_, "send_recv", count, type);
     guard.check(MPI_Sendrecv(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, recv, src < 0 ? 0 : n, t,
                            src < 0 ? MPI_PROC_NULL : src, 0, comm_, MPI_STATUS_IGNORE),
               "MPI_Sendrecv");
@@ -332,7 +272,7 @@ class MpiCommunicator final : public Communicator {
 
   void exchange(const PreparedExchange& prepared, const void* send, void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);
-    Guard guard(*this, "exchange", 0, DType::int64);
+    Guard guard(checks_, "exchange", 0, DType::int64);
     if (x.by_cma) return cma_exchange(x, send, recv, guard);
     guard.check(MPI_Alltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                             x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_),
@@ -347,8 +287,8 @@ class MpiCommunicator final : public Communicator {
                                                        const std::vector<int64_t>& displs, DType type) override {
     const MPI_Datatype t = mpi_type(type);
     auto c = mpi_counts(counts), d = mpi_counts(displs);  // refused before the call is numbered
-    Guard guard(*this, "all_gather (async)", total(counts), type);
-    auto p = std::make_unique<Pending>(*this, guard);
+    Guard guard(checks_, "all_gather (async)", total(counts), type);
+    auto p = std::make_unique<Pending>(checks_, guard);
     const int* cs = p->keep(std::move(c));
     const int* ds = p->keep(std::move(d));
     guard.check_started(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, send ? cs[rank_] : 0, t, recv, cs, ds, t, comm_,
@@ -364,8 +304,8 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype t = mpi_type(type);
     auto sc = mpi_counts(send_counts), sd = mpi_counts(send_displs);
     auto rc = mpi_counts(recv_counts), rd = mpi_counts(recv_displs);
-    Guard guard(*this, "all_to_all (async)", 0, type);  // members send different amounts
-    auto p = std::make_unique<Pending>(*this, guard);
+    Guard guard(checks_, "all_to_all (async)", 0, type);  // members send different amounts
+    auto p = std::make_unique<Pending>(checks_, guard);
     const int *scs = p->keep(std::move(sc)), *sds = p->keep(std::move(sd));
     const int *rcs = p->keep(std::move(rc)), *rds = p->keep(std::move(rd));
     guard.check_started(MPI_Ialltoallv(send, scs, sds, t, recv, rcs, rds, t, comm_, &p->requests[0]), "MPI_Ialltoallv");
@@ -379,8 +319,8 @@ class MpiCommunicator final : public Communicator {
     const MPI_Op o = mpi_op(op, type);
     auto c = mpi_counts(counts);
     const bool equal = std::all_of(c.begin(), c.end(), [&](int x) { return x == c[0]; });
-    Guard guard(*this, "reduce_scatter (async)", total(counts), type);
-    auto p = std::make_unique<Pending>(*this, guard);
+    Guard guard(checks_, "reduce_scatter (async)", total(counts), type);
+    auto p = std::make_unique<Pending>(checks_, guard);
     const int* cs = p->keep(std::move(c));
     if (equal)  // the block variant, as in the blocking call
       guard.check_started(MPI_Ireduce_scatter_block(send, recv, cs[0], t, o, comm_, &p->requests[0]),
@@ -393,8 +333,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingCollective> start_all_reduce(const void* send, void* recv, int64_t count, DType type,
                                                       ReduceOp op) override {
     const int n = mpi_count(count);
-    Guard guard(*this, "all_reduce (async)", count, type);
-    auto p = std::make_unique<Pending>(*this, guard);
+    Guard guard(checks_, "all_reduce (async)", count, type);
+    auto p = std::make_unique<Pending>(checks_, guard);
     guard.check_started(MPI_Iallreduce(send ? send : MPI_IN_PLACE, recv, n, mpi_type(type), mpi_op(op, type), comm_,
                                        &p->requests[0]),
                         "MPI_Iallreduce");
@@ -405,8 +345,8 @@ class MpiCommunicator final : public Communicator {
                                                      DType type) override {
     const MPI_Datatype t = mpi_type(type);
     const int n = mpi_count(count);
-    Guard guard(*this, "send_recv (async)", count, type);
-    auto p = std::make_unique<Pending>(*this, guard);
+    Guard guard(checks_, "send_recv (async)", count, type);
+    auto p = std::make_unique<Pending>(checks_, guard);
     guard.check_started(MPI_Irecv(recv, src < 0 ? 0 : n, t, src < 0 ? MPI_PROC_NULL : src, 0, comm_, &p->requests[0]),
                         "MPI_Irecv");
     guard.check_started(MPI_Isend(send, dst < 0 ? 0 : n, t, dst < 0 ? MPI_PROC_NULL : dst, 0, comm_, &p->requests[1]),
@@ -417,12 +357,12 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingCollective> start_exchange(const PreparedExchange& prepared, const void* send,
                                                     void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);  // its arrays outlive the call (the plan holds it)
-    Guard guard(*this, "exchange (async)", 0, DType::int64);
+    Guard guard(checks_, "exchange (async)", 0, DType::int64);
     if (x.by_cma) {  // reads by the CPU that calls: nothing left to run in the background
       cma_exchange(x, send, recv, guard);
       return std::make_unique<FinishedCollective>();
     }
-    auto p = std::make_unique<Pending>(*this, guard);
+    auto p = std::make_unique<Pending>(checks_, guard);
     guard.check_started(MPI_Ialltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                                        x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_,
                                        &p->requests[0]),
@@ -431,7 +371,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) override {
-    Guard guard(*this, "all_gather_host", static_cast<int64_t>(mine.size()), DType::int64);
+    Guard guard(checks_, "all_gather_host", static_cast<int64_t>(mine.size()), DType::int64);
     std::vector<int64_t> all(mine.size() * size_);
     guard.check(MPI_Allgather(mine.data(), mpi_count(mine.size()), MPI_INT64_T, all.data(),
                             mpi_count(mine.size()), MPI_INT64_T, comm_),
@@ -443,9 +383,9 @@ class MpiCommunicator final : public Communicator {
   /// buffers itself). A transport that passes device pointers to MPI turns it off, on every member.
   void allow_copies_by_cma(bool allowed) { cma_allowed_ = allowed; }
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return checks_.name(); }
   /// The world rank of each member, in member order.
-  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  const std::vector<int>& world_ranks() const { return checks_.world_ranks(); }
 
   /// Guards one collective that another transport runs for this group (NCCL, device buffers staged
   /// through host memory) exactly like this communicator's own: compared with the other members'
@@ -453,401 +393,13 @@ class MpiCommunicator final : public Communicator {
   /// lives (`compare` false: a wait that is not collective over the group, watched only). Keep it
   /// alive for the call's duration.
   [[nodiscard]] auto guard(const char* kind, int64_t count, DType type, bool compare = true) {
-    return Guard(*this, kind, count, type, compare);
+    return Guard(checks_, kind, count, type, compare);
   }
 
   /// "x (world ranks 0, 2)": the group's name and members, for reports.
-  std::string group_text() const {
-    std::string s = name_ + " (world ranks ";
-    for (size_t i = 0; i < world_ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks_[i]);
-    return s + ")";
-  }
+  std::string group_text() const { return checks_.group_text(); }
 
  private:
-  /// One collective as the checks see it.
-  struct Call {
-    const MpiCommunicator* comm;
-    const char* kind;
-    int64_t count;
-    DType type;
-    int64_t number;            // calls on this communicator so far, this one included
-    const std::string* label;  // the op making it, when fingerprints are checked
-    std::string missing;       // who had not arrived, when known
-  };
-
-  /// Checks the call against the other members' and watches it. DAX_CHECK_COLLECTIVES=1: compares
-  /// before the call runs. By default (the light check): sends each member a record of the call as
-  /// it starts, and compares the records when it ends; if the call cannot end because the members
-  /// called different things, the watchdog sees the records arrive while this rank waits.
-  class Guard {
-   public:
-    Guard(MpiCommunicator& c, const char* kind, int64_t count, DType type, bool compare = true)
-        // Calls that are not collective over the group (a local wait) take no number in its sequence.
-        : call_{&c, kind, count, type, compare ? ++c.calls_ : c.calls_, current_op_label(), {}} {
-      const auto& checks = collective_checks();
-      if (compare) last_collective() = LastCollective{kind, count, type, call_.number, &c.name_};
-      if (compare && checks.fingerprints && c.size_ > 1) c.compare(call_);
-      light_ = compare && checks.light && c.size_ > 1;
-      if (light_) c.start_records(call_);
-      watched_.emplace(c.watchdog_, &call_, &MpiCommunicator::describe_timeout,
-                       light_ ? &MpiCommunicator::poll_records
-                              : (checks.fingerprints ? nullptr : &MpiCommunicator::poll_departure));
-    }
-    /// Under the light check: waits for the other members' records (still watched) and compares.
-    /// A difference throws the divergence report on every member (or, while another exception is
-    /// already leaving the call, ends the job with it: it is the cause).
-    ~Guard() noexcept(false) {
-      if (!light_) return;
-      MpiCommunicator& c = *const_cast<MpiCommunicator*>(call_.comm);
-      const int rc = c.records_.empty() ? MPI_SUCCESS
-                                        : MPI_Waitall(static_cast<int>(c.records_.size()), c.records_.data(), MPI_STATUSES_IGNORE);
-      std::string report = rc == MPI_SUCCESS ? c.records_report(false) : std::string();
-      watched_.reset();
-      if (report.empty()) return;
-      if (std::uncaught_exceptions() > 0 || started_) fail_job(report);
-      fail(report);
-    }
-    Guard(const Guard&) = delete;
-    Guard& operator=(const Guard&) = delete;
-
-    const Call& call() const { return call_; }
-    bool light() const { return light_; }
-
-    /// check() for a nonblocking call: once it has started, a divergence the records show can no
-    /// longer be thrown (the started request could never be completed or freed), so it ends the job.
-    void check_started(int rc, const char* mpi_call) {
-      check(rc, mpi_call);
-      started_ = true;
-    }
-
-    /// The MPI call's return code: when it failed and the members' records differ, the
-    /// divergence is the cause (MPI matched different calls), so that is what is thrown.
-    void check(int rc, const char* mpi_call) {
-      if (rc != MPI_SUCCESS && light_) {
-        light_ = false;
-        MpiCommunicator& c = *const_cast<MpiCommunicator*>(call_.comm);
-        if (MPI_Waitall(static_cast<int>(c.records_.size()), c.records_.data(), MPI_STATUSES_IGNORE) == MPI_SUCCESS)
-          if (std::string report = c.records_report(false); !report.empty()) fail(report);
-      }
-      mpi_check(rc, mpi_call);
-    }
-
-   private:
-    Call call_;
-    bool light_ = false;
-    bool started_ = false;  // a nonblocking call is under way
-    std::optional<Watched> watched_;
-  };
-
-  /// A nonblocking call in flight: its requests, the counts and displacements MPI reads until it
-  /// finishes, and (under the light check) this member's record of it, which the watchdog compares
-  /// with the other members' while wait() waits: on one node a member that reached a different
-  /// call may post its record only after the start has looked.
-  class Pending final : public PendingCollective {
-   public:
-    Pending(MpiCommunicator& c, const Guard& g) : call_(g.call()), record_(c.mine_), light_(g.light()) {
-      in_flight().push_back(this);  // dax's ops progress it (comm/in_flight.hpp)
-    }
-    ~Pending() override {
-      leave_in_flight(this);
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!done_ && !finalized) MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);  // MPI must not write freed memory
-    }
-    Pending(const Pending&) = delete;
-    Pending& operator=(const Pending&) = delete;
-
-    bool test() override {
-      if (!done_) {
-        int flag = 0;
-        const int rc = MPI_Testall(2, requests, &flag, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) failed(rc, "MPI_Testall");
-        if (flag) finished();
-      }
-      if (error_) std::rethrow_exception(error_);  // kept for the owner, however often it asks
-      return done_;
-    }
-    void wait() override {
-      if (!done_) {
-        const MpiCommunicator& c = *call_.comm;
-        Watched watched(c.watchdog_, this, &describe_pending,
-                        light_ ? &poll_pending : (collective_checks().fingerprints ? nullptr : &poll_pending_departure));
-        const int rc = MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) failed(rc, "MPI_Waitall");
-        finished();
-      }
-      if (error_) std::rethrow_exception(error_);
-    }
-    /// Keeps `v` alive until the call finishes; returns its data (a deque: it never moves).
-    const int* keep(std::vector<int> v) { return kept_.emplace_back(std::move(v)).data(); }
-
-    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-
-   private:
-    void finished() {
-      done_ = true;
-      leave_in_flight(this);
-    }
-    void failed(int rc, const char* mpi_call) {
-      try {
-        mpi_check(rc, mpi_call);
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-      finished();  // MPI reported the call over (with an error): nothing left to wait for
-    }
-    static std::string describe_pending(const void* p) {
-      return describe_timeout(&static_cast<const Pending*>(p)->call_);
-    }
-    static std::string poll_pending(const void* p, double) {
-      const Pending& pd = *static_cast<const Pending*>(p);
-      const MpiCommunicator& c = *pd.call_.comm;
-      if (std::string report = c.records_report(true, pd.record_); !report.empty()) return report;
-      std::vector<bool> missing(c.size_, false);
-      CallRecord r;
-      for (int j = 0; j < c.size_; ++j) missing[j] = !c.peer_record(j, r, pd.record_);
-      return departure_report(pd.call_, missing);
-    }
-    static std::string poll_pending_departure(const void* p, double armed_s) {
-      return poll_departure(&static_cast<const Pending*>(p)->call_, armed_s);
-    }
-
-    Call call_;
-    CallRecord record_;
-    bool light_ = false, done_ = false;
-    std::exception_ptr error_;
-    std::deque<std::vector<int>> kept_;
-  };
-
-  /// Fills this member's record and posts it: on the node's board for the members there, as a
-  /// message (persistent requests, made on the group's first call) to each member elsewhere.
-  void start_records(const Call& call) {
-    static constexpr int kRecordTag = 0x6468;
-    if (!records_ready_) {
-      records_ready_ = true;
-      theirs_.assign(size_, CallRecord{});
-      for (int j = 0; j < size_; ++j) {
-        if (j == rank_ || on_board(j)) continue;
-        records_.emplace_back();
-        mpi_check(MPI_Recv_init(&theirs_[j], sizeof(CallRecord), MPI_BYTE, j, kRecordTag, comm_, &records_.back()),
-                  "MPI_Recv_init");
-      }
-      for (int j = 0; j < size_; ++j) {
-        if (j == rank_ || on_board(j)) continue;
-        records_.emplace_back();
-        mpi_check(MPI_Send_init(&mine_, sizeof(CallRecord), MPI_BYTE, j, kRecordTag, comm_, &records_.back()),
-                  "MPI_Send_init");
-      }
-    }
-    mine_.number = call.number;
-    mine_.count = call.count;
-    mine_.type = static_cast<int32_t>(call.type);
-    mine_.world_rank = world_ranks_[rank_];
-    std::strncpy(mine_.kind, call.kind, sizeof(mine_.kind) - 1);
-    mine_.check = call_record_check(mine_);
-    theirs_[rank_] = mine_;
-    if (board_) post_call_record(board_->slot(board_rows_[rank_], board_group_, call.number), mine_);
-    if (records_.empty()) return;
-    for (int j = 0; j < size_; ++j)
-      if (j != rank_ && !on_board(j)) __atomic_store_n(&theirs_[j].check, uint64_t{0}, __ATOMIC_RELEASE);
-    mpi_check(MPI_Startall(static_cast<int>(records_.size()), records_.data()), "MPI_Startall");
-  }
-
-  /// Whether member j posts its records on this node's board (rather than sending them).
-  bool on_board(int j) const { return board_ != nullptr && board_rows_[j] >= 0; }
-
-  /// Member j's record of the call in progress, if it has posted or sent it.
-  /// (`mine`: this member's record of the call asked about; by default the call in progress.)
-  bool peer_record(int j, CallRecord& out) const { return peer_record(j, out, mine_); }
-  bool peer_record(int j, CallRecord& out, const CallRecord& mine) const {
-    if (j == rank_) {
-      out = mine;
-      return true;
-    }
-    // A slot may hold another call of this group (an older one, or a later one once a nonblocking
-    // call is waited for after others): only this call's record counts.
-    if (!on_board(j)) return read_call_record(theirs_[j], out) && out.number == mine.number;
-    return read_call_record(board_->slot(board_rows_[j], board_group_, mine.number), out) &&
-           out.number == mine.number && out.world_rank == world_ranks_[j];
-  }
-
-  /// The divergence report from the records that have arrived; empty if they all agree. Every
-  /// member that has every record builds the same text. `waiting`: asked by the watchdog while this
-  /// rank waits in the call (records may still be missing; those members are named as such).
-  std::string records_report(bool waiting) const { return records_report(waiting, mine_); }
-  std::string records_report(bool waiting, const CallRecord& mine) const {
-    bool agree = true;  // the common case, without allocating
-    CallRecord r;
-    for (int j = 0; j < size_ && agree; ++j) agree = !peer_record(j, r, mine) || same_call(r, mine);
-    if (agree) return {};
-    std::vector<CallRecord> seen(size_);
-    std::vector<bool> arrived(size_, false);
-    bool differ = false;
-    for (int j = 0; j < size_; ++j) {
-      arrived[j] = peer_record(j, seen[j], mine);
-      if (arrived[j] && !same_call(seen[j], mine)) differ = true;
-    }
-    if (!differ) return {};
-    std::map<std::string, std::vector<int>> callers;
-    for (int j = 0; j < size_; ++j)
-      callers[arrived[j] ? "called " + call_record_text(seen[j]) : std::string("had not reached a call on this group yet")]
-          .push_back(world_ranks_[j]);
-    std::string report = "dax: ranks diverged on the group " + group_text() + ":";
-    for (const auto& [t, ranks] : callers) {
-      report += ranks.size() == 1 ? "\n  world rank " : "\n  world ranks ";
-      for (size_t i = 0; i < ranks.size(); ++i) report += (i ? ", " : "") + std::to_string(ranks[i]);
-      report += " " + t;
-    }
-    report += waiting ? "\n  (seen while world rank " + std::to_string(world_ranks_[rank_]) +
-                            " waited in its call; DAX_CHECK_COLLECTIVES=1 also names the ops that made these calls)"
-                      : "\n  (DAX_CHECK_COLLECTIVES=1 also names the ops that made these calls)";
-    return report;
-  }
-
-  /// "world rank 1 left the program (...) while world rank 0 waited for it in ...", if a member
-  /// that `missing` says has not reached the call sent a departure notice.
-  static std::string departure_report(const Call& call, const std::vector<bool>& missing) {
-    DepartureNotice d;
-    if (!read_departure(d)) return {};
-    const MpiCommunicator& c = *call.comm;
-    for (int j = 0; j < c.size_; ++j) {
-      if (!missing[j] || c.world_ranks_[j] != d.world_rank) continue;
-      return cat("dax: world rank ", d.world_rank, " left the program (", departure_text(d), ") while world rank ",
-                 c.world_ranks_[c.rank_], " waited for it in ", what(call), " on the group ", c.group_text(),
-                 ". Aborting the job.");
-    }
-    return {};
-  }
-
-  /// The watchdog's question under the light check: did the records show a divergence, or did a
-  /// member that has not sent its record leave?
-  static std::string poll_records(const void* p, double) {
-    const Call& call = *static_cast<const Call*>(p);
-    const MpiCommunicator& c = *call.comm;
-    std::string report = c.records_report(true);
-    if (!report.empty()) return report;
-    std::vector<bool> missing(c.size_, false);
-    CallRecord r;
-    for (int j = 0; j < c.size_; ++j) missing[j] = !c.peer_record(j, r);
-    return departure_report(call, missing);
-  }
-
-  /// Without records (DAX_CHECK_COLLECTIVES=0): a member that left while this rank has waited for
-  /// a second (a member that finished the call and left cannot keep it waiting that long).
-  static std::string poll_departure(const void* p, double armed_s) {
-    if (armed_s < 1.0) return {};
-    const Call& call = *static_cast<const Call*>(p);
-    std::vector<bool> missing(call.comm->size_, true);
-    missing[call.comm->rank_] = false;
-    return departure_report(call, missing);
-  }
-
-  static std::string what(const Call& call) {
-    std::string s = call.count ? cat(call.kind, " of ", call.count, " ", to_string(call.type)) : std::string(call.kind);
-    if (call.label) s += " in " + *call.label;
-    return s + " (call #" + std::to_string(call.number) + " on this group)";
-  }
-
-  static std::string describe_timeout(const void* p) {
-    const Call& call = *static_cast<const Call*>(p);
-    const MpiCommunicator& c = *call.comm;
-    std::string missing = call.missing;
-    if (missing.empty() && collective_checks().light && c.records_ready_ && c.mine_.number == call.number) {
-      std::string late;  // the light check's records say who has not arrived
-      CallRecord r;
-      for (int j = 0; j < c.size_; ++j)
-        if (!c.peer_record(j, r))
-          late += (late.empty() ? "" : ", ") + std::to_string(c.world_ranks_[j]);
-      missing = late.empty() ? "every member had reached this call, so one may have died or stalled"
-                       : "world rank(s) " + late + " had not reached this call";
-    }
-    return cat("dax: world rank ", c.world_ranks_[c.rank_], " timed out after ", c.timeout_s(), " s (DAX_TIMEOUT_S) in ",
-               what(call), " on the group ", c.group_text(), "; ",
-               missing.empty() ? (collective_checks().fingerprints
-                                           ? "every member had reached this call, so one may have died or stalled"
-                                           : "set DAX_CHECK_COLLECTIVES=1 to learn which peers had not arrived")
-                                    : missing,
-               ". Aborting the job.");
-  }
-
-  double timeout_s() const { return watchdog_ ? watchdog_->timeout_s() : collective_checks().timeout_s; }
-
-  /// Every member sends every other its call's fingerprint (point to point, so a rank that never
-  /// arrives is named); on any difference all members swap the calls' text and throw one report.
-  void compare(Call& call) {
-    static constexpr int kFingerprintTag = 0x6466, kTextTag = 0x6467;
-    const std::string text = what(call);
-    size_t h = 0x66696e67;
-    hash_into(h, text);
-    const int64_t mine[2] = {static_cast<int64_t>(h), static_cast<int64_t>(text.size())};
-    std::vector<int64_t> theirs(2 * size_);
-    theirs[2 * rank_] = mine[0];
-    theirs[2 * rank_ + 1] = mine[1];
-    std::vector<MPI_Request> recvs(size_, MPI_REQUEST_NULL), sends(size_, MPI_REQUEST_NULL);
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      mpi_check(MPI_Irecv(&theirs[2 * j], 2, MPI_INT64_T, j, kFingerprintTag, comm_, &recvs[j]), "MPI_Irecv");
-      mpi_check(MPI_Isend(mine, 2, MPI_INT64_T, j, kFingerprintTag, comm_, &sends[j]), "MPI_Isend");
-    }
-    wait_for_peers(recvs, call);
-    mpi_check(MPI_Waitall(size_, sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    bool same = true;
-    for (int j = 0; j < size_; ++j) same = same && theirs[2 * j] == mine[0];
-    if (same) return;
-    std::vector<std::string> texts(size_);
-    texts[rank_] = text;
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      texts[j].resize(static_cast<size_t>(theirs[2 * j + 1]));
-      mpi_check(MPI_Irecv(texts[j].data(), mpi_count(theirs[2 * j + 1]), MPI_CHAR, j, kTextTag, comm_, &recvs[j]),
-                "MPI_Irecv");
-      mpi_check(MPI_Isend(text.data(), mpi_count(static_cast<int64_t>(text.size())), MPI_CHAR, j, kTextTag, comm_,
-                          &sends[j]),
-                "MPI_Isend");
-    }
-    wait_for_peers(recvs, call);
-    mpi_check(MPI_Waitall(size_, sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    std::map<std::string, std::vector<int>> callers;  // the same text from every member, in one order
-    for (int j = 0; j < size_; ++j) callers[texts[j]].push_back(world_ranks_[j]);
-    std::string report = "dax: ranks diverged on the group " + group_text() + " (DAX_CHECK_COLLECTIVES=1):";
-    for (const auto& [t, ranks] : callers) {
-      report += ranks.size() == 1 ? "\n  world rank " : "\n  world ranks ";
-      for (size_t i = 0; i < ranks.size(); ++i) report += (i ? ", " : "") + std::to_string(ranks[i]);
-      report += " called " + t;
-    }
-    fail(report);
-  }
-
-  /// Completes the receives, or names the members that never sent and aborts after the timeout.
-  void wait_for_peers(std::vector<MPI_Request>& recvs, Call& call) {
-    const double timeout = timeout_s();
-    const auto start = std::chrono::steady_clock::now();
-    while (true) {
-      int done = 0;
-      mpi_check(MPI_Testall(size_, recvs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-      if (done) return;
-      if (DepartureNotice d; read_departure(d)) {  // a member left: had it sent its fingerprint?
-        std::vector<bool> late(size_, false);
-        for (int j = 0; j < size_; ++j) {
-          int arrived = 1;
-          if (recvs[j] != MPI_REQUEST_NULL) MPI_Test(&recvs[j], &arrived, MPI_STATUS_IGNORE);
-          late[j] = !arrived;
-        }
-        if (std::string report = departure_report(call, late); !report.empty()) fail_job(report);
-      }
-      if (timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout) {
-        std::string late;
-        for (int j = 0; j < size_; ++j) {
-          int arrived = 1;
-          if (recvs[j] != MPI_REQUEST_NULL) MPI_Test(&recvs[j], &arrived, MPI_STATUS_IGNORE);
-          if (!arrived) late += (late.empty() ? "" : ", ") + std::to_string(world_ranks_[j]);
-        }
-        call.missing = "world rank(s) " + late + " had not reached this call";
-        abort_job(describe_timeout(&call));
-      }
-    }
-  }
-
   // ---- Strided exchanges by cross-memory attach (comm/cma_exchange.hpp) ----
 
   /// Exchanges at least this large (bytes a member sends or receives, the group's most) with runs
@@ -873,7 +425,7 @@ class MpiCommunicator final : public Communicator {
 #endif
     MPI_Comm node = MPI_COMM_NULL;
     {
-      Guard guard(*this, "exchange setup", 0, DType::int32);
+      Guard guard(checks_, "exchange setup", 0, DType::int32);
       guard.check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
     }
     int on_node = 0;
@@ -887,7 +439,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t mine[3] = {getpid_(), static_cast<int64_t>(reinterpret_cast<uintptr_t>(&probe)), probe};
     std::vector<int64_t> all(3 * static_cast<size_t>(size_));
     {
-      Guard guard(*this, "exchange setup", 3, DType::int64);
+      Guard guard(checks_, "exchange setup", 3, DType::int64);
       guard.check(MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm_), "MPI_Allgather");
     }
     cma_pids_.assign(size_, 0);
@@ -901,7 +453,7 @@ class MpiCommunicator final : public Communicator {
     }
 #endif
     {
-      Guard guard(*this, "exchange setup", 1, DType::int32);
+      Guard guard(checks_, "exchange setup", 1, DType::int32);
       guard.check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
     }
     if (tried && !ok) ++cma_counts().groups_refused;
@@ -944,7 +496,7 @@ class MpiCommunicator final : public Communicator {
       x.recv_runs[j].write(&out[static_cast<size_t>(j) * 2 * R + R]);
     }
     {
-      Guard guard(*this, "exchange setup", 2 * R, DType::int64);
+      Guard guard(checks_, "exchange setup", 2 * R, DType::int64);
       guard.check(MPI_Alltoall(out.data(), 2 * R, MPI_INT64_T, in.data(), 2 * R, MPI_INT64_T, comm_), "MPI_Alltoall");
     }
     // What each pair describes must be the same elements; otherwise (a bug, never expected) the
@@ -959,7 +511,7 @@ class MpiCommunicator final : public Communicator {
         matched = 0;
     }
     {
-      Guard guard(*this, "exchange setup", 1, DType::int32);
+      Guard guard(checks_, "exchange setup", 1, DType::int32);
       guard.check(MPI_Allreduce(MPI_IN_PLACE, &matched, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
     }
     if (!matched) return;
@@ -990,8 +542,8 @@ class MpiCommunicator final : public Communicator {
     for (int j = 0; j < size_; ++j)
       if (cma_bases_[3 * j + 2] != x.id)
         fail("strided exchange on ", group_text(), ": the members are not running the same exchange (world rank ",
-             world_ranks_[j], " runs the one prepared as number ", cma_bases_[3 * j + 2], ", world rank ",
-             world_ranks_[rank_], " number ", x.id, "); the ranks diverged");
+             world_ranks()[j], " runs the one prepared as number ", cma_bases_[3 * j + 2], ", world rank ",
+             world_ranks()[rank_], " number ", x.id, "); the ranks diverged");
     int failed = INT_MAX;  // the lowest world rank whose copy failed
     ++cma_counts().exchanges;
 #if defined(__linux__)
@@ -1036,9 +588,9 @@ class MpiCommunicator final : public Communicator {
                                  : process_vm_readv(pid, cma_local_.data(), locals, cma_remote_.data(), remotes, 0);
         if (got != expected) {
           std::fprintf(stderr, "dax: world rank %d: %s world rank %d moved %zd of %zd bytes (%s)\n",
-                       world_ranks_[rank_], push ? "process_vm_writev to" : "process_vm_readv from", world_ranks_[j],
+                       world_ranks()[rank_], push ? "process_vm_writev to" : "process_vm_readv from", world_ranks()[j],
                        got, expected, got < 0 ? std::strerror(errno) : "short");
-          failed = world_ranks_[rank_];
+          failed = world_ranks()[rank_];
         }
       }
     };
@@ -1049,7 +601,7 @@ class MpiCommunicator final : public Communicator {
     }
 #else
     (void)recv;
-    failed = world_ranks_[rank_];
+    failed = world_ranks()[rank_];
 #endif
     guard.check(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce (exchange done)");
     if (failed != INT_MAX)
@@ -1104,18 +656,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  std::string name_;
-  std::vector<int> world_ranks_;
-  Watchdog* watchdog_ = nullptr;
   int rank_ = 0, size_ = 1;
-  int64_t calls_ = 0;
-  CallRecord mine_;                   // the light check's record of this member's call in progress
-  std::vector<CallRecord> theirs_;    // records sent by members off this node (this member's own in its slot)
-  std::vector<MPI_Request> records_;  // persistent receives from each member off the node, then sends to each
-  bool records_ready_ = false;        // the light check has set up this group's records
-  CallBoard* board_ = nullptr;        // the node's board, when this group has an id on it
-  int board_group_ = -1;              // this group's id on the board
-  std::vector<int> board_rows_;       // each member's row on the board, -1 off this node
+  MpiCallChecks checks_;  // numbers, compares and watches this group's calls
   std::vector<char> ring_stage_[2];   // the ring reduction's staging: one block each, kept
   std::optional<bool> cma_usable_;    // cross-memory attach between the members: decided once
   bool cma_allowed_ = true;           // false when buffers may be device memory
