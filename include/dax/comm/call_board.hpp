@@ -6,7 +6,7 @@
 // MPI_Win_allocate_shared per node, made when the runtime starts), and the others read it there,
 // after the call (a finished collective means every member made its call, so its record is posted)
 // or from the watchdog thread while they wait. Members on other nodes still get the record as a
-// small message (mpi_communicator.hpp).
+// small message (mpi_call_checks.hpp).
 //
 // The board's row of a rank holds, per group, the records of its last kDepth calls: a member cannot
 // be kDepth calls ahead of another on a group whose collectives all need every member's data.

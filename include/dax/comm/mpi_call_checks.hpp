@@ -2,8 +2,8 @@
 // compared with the other members' (DAX_CHECK_COLLECTIVES=1: fingerprints before the call; by
 // default, the light check: records posted as the call starts, compared as it ends), and each call
 // is watched for a timeout or a member that left. MpiCommunicator runs its collectives under a
-// Guard from here; other transports for the same group (NCCL, device buffers staged through host
-// memory) take one too, so their calls count in the same sequence.
+// Guard from here; NCCL takes one too for the same group (MpiCommunicator::guard), so its calls
+// count in the same sequence. The staged device transport runs through MpiCommunicator's calls.
 #pragma once
 
 #include <mpi.h>
@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dax/comm/call_board.hpp>
@@ -87,8 +88,8 @@ class MpiCallChecks {
  public:
   /// The checks of the group over `comm` (not owned), of which this process is member `rank` of
   /// `size`; `name` and `world_ranks` describe the group in reports; `watchdog` (may be null)
-  /// bounds every call's time. Collective over the group when the light check posts on the node's
-  /// board (the group agrees on its id there).
+  /// bounds every call's time. Collective over the group when the job has a node board, the light
+  /// check is on and the group has more than one member (the group agrees on its id there).
   MpiCallChecks(MPI_Comm comm, int rank, int size, std::string name, std::vector<int> world_ranks,
                 Watchdog* watchdog)
       : comm_(comm), name_(std::move(name)), world_ranks_(std::move(world_ranks)), watchdog_(watchdog), rank_(rank),

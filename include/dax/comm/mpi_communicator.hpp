@@ -12,16 +12,12 @@
 #endif
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cerrno>
 #include <cstdint>
-#include <deque>
-#include <exception>
-#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -31,11 +27,9 @@
 #include <dax/comm/cma_exchange.hpp>
 #include <dax/comm/mpi_call_checks.hpp>
 #include <dax/comm/communicator.hpp>
-#include <dax/comm/in_flight.hpp>
 #include <dax/comm/mpi_check.hpp>
 #include <dax/comm/mpi_float16.hpp>
 #include <dax/core/error.hpp>
-#include <dax/core/hash.hpp>
 
 namespace dax::detail {
 
