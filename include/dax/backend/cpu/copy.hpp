@@ -57,9 +57,13 @@ inline void stream_copy(void* dst, const void* src, size_t bytes) {
 }
 
 /// How many runs of a strided source copy_region streams side by side. On this project's x86
-/// machine 8 runs copied 1.2-1.75x as fast as one after another (runs of 64 B-16 KiB); 6 and 12
-/// measured alike. A contiguous source gains nothing: its runs follow on, one stream already.
-inline constexpr int kRunsSideBySide = 8;
+/// machine (AMD EPYC, Zen 3) two runs copied 1.2-1.6x as fast as one after another, from 1 KiB to
+/// 16 KiB runs. Three or more can collapse to a third of one-by-one speed: at power-of-two strides
+/// (a 2 KiB or 16 KiB half row) the streams' loads and streaming stores land on the same cache
+/// sets and the same low address bits, and the core stalls on every block (eight measured 0.3-0.45
+/// of memcpy on 2048x32 KiB and 4096x4 KiB pieces; two measured 0.9-1.6). A contiguous source
+/// gains nothing: its runs follow on, one stream already.
+inline constexpr int kRunsSideBySide = 2;
 
 /// Copies `count` runs of `bytes` each, src[k] to dst[k], side by side: kRunsSideBySide runs at a
 /// time, 64 bytes of each in turn, with streaming stores. Read one after another, runs spread over
