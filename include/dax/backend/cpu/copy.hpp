@@ -57,12 +57,12 @@ inline void stream_copy(void* dst, const void* src, size_t bytes) {
 }
 
 /// How many runs of a strided source copy_region streams side by side. On this project's x86
-/// machine (AMD EPYC, Zen 3) two runs copied 1.2-1.6x as fast as one after another, from 1 KiB to
-/// 16 KiB runs. Three or more can collapse to a third of one-by-one speed: at power-of-two strides
-/// (a 2 KiB or 16 KiB half row) the streams' loads and streaming stores land on the same cache
-/// sets and the same low address bits, and the core stalls on every block (eight measured 0.3-0.45
-/// of memcpy on 2048x32 KiB and 4096x4 KiB pieces; two measured 0.9-1.6). A contiguous source
-/// gains nothing: its runs follow on, one stream already.
+/// machine (AMD EPYC, Zen 3), single-core copies of half rows (1-16 KiB runs, 4000 B to 64 KiB
+/// strides, medians of 25-31 alternated runs): two runs side by side copied 1.0-1.25x as fast as one
+/// after another; three or more could collapse to 0.25-0.6 of one-after-another speed, worst at
+/// power-of-two strides, where every stream's loads and streaming stores fall on the same cache
+/// sets and the same low address bits. A contiguous source gains nothing: its runs follow on, one
+/// stream already.
 inline constexpr int kRunsSideBySide = 2;
 
 /// Copies `count` runs of `bytes` each, src[k] to dst[k], side by side: kRunsSideBySide runs at a
