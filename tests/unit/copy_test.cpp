@@ -93,8 +93,9 @@ TEST_CASE("large copies (streaming stores) land exactly, strided and contiguous,
   // rows of 1,001 floats into rows of 1,003 (4,012 bytes, so the runs start at 16 offsets within
   // a cache line in turn), and a block of columns held alone into wider rows. From a strided
   // source, kRunsSideBySide runs side by side: 1,499 rows (not a whole number of groups, so the
-  // last group is short) whose 3,916-byte runs stream 60 or 61 whole lines, depending on their start. Last, runs that follow on in the source
-  // (one run per middle index) without the region being contiguous there: run after run again.
+  // last group is short) whose 3,916-byte runs stream 60 or 61 whole lines, depending on their
+  // start. Last, runs that follow on in the source (one run per middle index) without the region
+  // being contiguous there: run after run again.
   std::mt19937 rng(5);
   const int64_t rows = 1499, cols = 1001;
   REQUIRE(rows % dax::detail::cpu::kRunsSideBySide != 0);
