@@ -19,12 +19,15 @@
 //   g. reshard (2 or more ranks only): P('x') -> P() and P('x') -> P(None, 'x') on a mesh of
 //      every rank vs the group communicator's own all_gatherv / all_to_allv moving the same bytes
 //      between plain device buffers, and vs raw MPI_Allgather / MPI_Alltoall on pinned host
-//      buffers; host wall clock of the slowest rank, raw time / dax time.
+//      buffers; host wall clock of the slowest rank, raw time / dax time;
+//   h. a group of one member (1 rank only): creating its communicator and an all-reduce of 8
+//      floats through it, dax's (device copies) vs NCCL's communicator of the same one member:
+//      setup wall time, device memory taken while it lives, host time per call.
 // Skips (exit 0) without a GPU. One GPU per rank: under mpirun (DAX_TRANSPORT=mpi when ranks share
 // a GPU) every rank measures on a 1-device mesh of its own, and rank 0 prints.
 //   ./cuda_bench [--json FILE] [--samples N] [--warmup N] [--iters N] [--sections a,b,...]
-// Sections: gemm, elementwise, overhead, mlp, reduction, reshard (default: all; reshard needs 2+
-// ranks and is left out at one).
+// Sections: gemm, elementwise, overhead, mlp, reduction, reshard, groups (default: all; reshard
+// needs 2+ ranks and is left out at one, groups runs at one rank only).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -65,7 +68,7 @@ struct Options {
   int samples = 15;
   int warmup = 3;
   int iters = 10000;
-  std::string sections = "gemm,elementwise,overhead,mlp,reduction,reshard";
+  std::string sections = "gemm,elementwise,overhead,mlp,reduction,reshard,groups";
   bool runs(const std::string& section) const { return ("," + sections + ",").find("," + section + ",") != std::string::npos; }
 };
 
@@ -514,6 +517,59 @@ void bench_overhead(const dax::Mesh& mesh, const Options& o, Report& r) {
                             ", \"meets_target\": " + (ours.total_us <= overhead_target_us ? "true" : "false") + "}");
 }
 
+// ---- h. a group of one member ----
+
+/// Device memory in use now (cudaMemGetInfo: total - free), bytes.
+double device_bytes_in_use() {
+  size_t free = 0, total = 0;
+  DAX_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<double>(total - free);
+}
+
+MPI_Comm dup_self() {
+  MPI_Comm self = MPI_COMM_NULL;
+  dax::detail::mpi_check(MPI_Comm_dup(MPI_COMM_SELF, &self), "MPI_Comm_dup");
+  return self;
+}
+
+/// What a one-member group costs: dax's communicator for it (device copies) against NCCL's
+/// communicator of the same member, which is what such a group got before.
+void bench_groups(const Options& o, Report& r) {
+  struct Cost {
+    double setup_ms, device_mib, all_reduce_us;
+  };
+  const auto measure = [&](const std::function<std::unique_ptr<dax::detail::Communicator>()>& make) {
+    cu::synchronize();
+    const double before = device_bytes_in_use();
+    const auto t0 = Clock::now();
+    auto comm = make();
+    cu::synchronize();
+    const double setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double mib = (device_bytes_in_use() - before) / double(1 << 20);
+    DeviceBlock values(8 * sizeof(float));
+    fill(values, 7);
+    float* v = values.f();
+    const HostTiming t = host_loop(
+        [&] { comm->all_reduce(nullptr, v, 8, dax::DType::float32, dax::detail::ReduceOp::sum); }, o.iters);
+    return Cost{setup_ms, mib, t.total_us};
+  };
+  const Cost nccl = measure([] {
+    return std::make_unique<cu::NcclCommunicator>(std::make_unique<dax::detail::MpiCommunicator>(dup_self()));
+  });
+  const Cost solo = measure([] { return cu::make_gpu_communicator(dup_self(), "('one',)", {0}, nullptr); });
+  r.line("#\n# h. a group of one member: its communicator's creation and an in-place all-reduce of 8 floats\n"
+         "# communicator        setup(ms)  device MiB  all-reduce(us)\n"
+         "dax (device copies) %10.3f %11.1f %15.3f\n"
+         "NCCL, one member    %10.3f %11.1f %15.3f\n",
+         solo.setup_ms, solo.device_mib, solo.all_reduce_us, nccl.setup_ms, nccl.device_mib, nccl.all_reduce_us);
+  r.json_sections.push_back("\"one_member_group\": {\"dax_setup_ms\": " + json_number(solo.setup_ms) +
+                            ", \"nccl_setup_ms\": " + json_number(nccl.setup_ms) +
+                            ", \"dax_device_mib\": " + json_number(solo.device_mib) +
+                            ", \"nccl_device_mib\": " + json_number(nccl.device_mib) +
+                            ", \"dax_all_reduce_us\": " + json_number(solo.all_reduce_us) +
+                            ", \"nccl_all_reduce_us\": " + json_number(nccl.all_reduce_us) + "}");
+}
+
 // ---- f. reductions ----
 
 void bench_reduction(const dax::Mesh& mesh, const Options& o, Report& r) {
@@ -846,6 +902,7 @@ int main(int argc, char** argv) {
     if (o.runs("mlp")) bench_mlp(mesh, o, r);
     if (o.runs("reduction")) bench_reduction(mesh, o, r);
     if (o.runs("reshard") && rt.size() > 1) bench_reshard(rt, o, r);
+    if (o.runs("groups") && rt.size() == 1) bench_groups(o, r);
     report_allocations(r);
     r.line("#\n# targets met: %d of %d\n", r.met, r.targets);
     r.json_sections.push_back("\"targets\": " + std::to_string(r.targets) + ", \"targets_met\": " + std::to_string(r.met));

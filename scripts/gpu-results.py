@@ -83,6 +83,12 @@ def results(bench, reshard, torch, tests, date, device=None):
         out["steady_state_cudamalloc"] = bench["allocator"].get("steady_state_system_allocations")
     if "mlp" in bench:
         out["mlp"] = bench["mlp"]
+    if "one_member_group" in bench:  # NCCL's figures over dax's (above 1: dax's is cheaper)
+        g = bench["one_member_group"]
+        out["one_member_group_nccl_vs_dax"] = {
+            "setup": g["nccl_setup_ms"] / g["dax_setup_ms"] if g["dax_setup_ms"] > 0 else None,
+            "all_reduce": g["nccl_all_reduce_us"] / g["dax_all_reduce_us"] if g["dax_all_reduce_us"] > 0 else None,
+            "nccl_device_mib": g["nccl_device_mib"], "dax_device_mib": g["dax_device_mib"]}
     if torch and "rows" in torch:
         out["mlp_torch"] = torch["rows"]
         # The same MLP step, the same timing (synchronized host clock per step): PyTorch's time

@@ -400,8 +400,15 @@ int run(int gpus, int local_rank, int local_size) {
   check_transport_choice();
   dax::detail::Watchdog watchdog(120, &dax::detail::abort_job_timed_out);  // the guards arm it on every call
 
+  // A group of one member gets device copies whatever the transport; larger ones the transport.
+  const auto expect_kind = [&](Communicator& c, const std::string& name) {
+    const bool solo = dynamic_cast<cu::SoloDeviceCommunicator*>(&c) != nullptr;
+    EXPECT(solo == (c.size() == 1), name, ": a group of ", c.size(), " member(s) got ",
+           solo ? "the one-member communicator" : "a transport");
+  };
   {
     auto world = cu::make_gpu_communicator(dup_world(), "world", {}, &watchdog);
+    expect_kind(*world, "world");
     check_communicator(*world, "world over " + cu::to_string(transport));
   }
   if (world_size >= 2) {  // a group that is not the world: members of one parity
@@ -410,13 +417,13 @@ int run(int gpus, int local_rank, int local_size) {
     std::vector<int> members;
     for (int r = world_rank % 2; r < world_size; r += 2) members.push_back(r);
     auto group = cu::make_gpu_communicator(half, "('half',)", members, &watchdog);
+    expect_kind(*group, "('half',)");
     check_communicator(*group, "('half',) over " + cu::to_string(transport));
   }
-  if (transport == cu::Transport::nccl) {
-    // Host memory handed to NCCL is refused on every member, also at one rank, where NCCL itself
-    // would copy nothing and so never notice (io/checkpoint.hpp once sent its sizes that way).
-    where = "host memory through NCCL";
-    auto world = cu::make_gpu_communicator(dup_world(), "world", {}, &watchdog);
+  // Host memory handed to a device communicator is refused on every member, also at one rank,
+  // where NCCL itself would copy nothing and so never notice (io/checkpoint.hpp once sent its
+  // sizes that way).
+  const auto check_refusals = [&](Communicator& c, const std::string& prefix) {
     int64_t host_values[2] = {7, 8};
     const auto refused = [&](const char* call, const std::function<void()>& f) {
       std::string message;
@@ -425,18 +432,32 @@ int run(int gpus, int local_rank, int local_size) {
       } catch (const dax::Error& e) {
         message = e.what();
       }
-      EXPECT(message.rfind(std::string("NCCL transport: ") + call + " was given host memory", 0) == 0, call,
+      EXPECT(message.rfind(prefix + ": " + call + " was given host memory", 0) == 0, call,
              " of a host buffer: got '", message, "'");
     };
-    refused("broadcast", [&] { world->broadcast(host_values, 2, dax::DType::int64, 0); });
-    refused("all_reduce", [&] { world->all_reduce(nullptr, host_values, 2, dax::DType::int64, dax::detail::ReduceOp::sum); });
+    refused("broadcast", [&] { c.broadcast(host_values, 2, dax::DType::int64, 0); });
+    refused("all_reduce", [&] { c.all_reduce(nullptr, host_values, 2, dax::DType::int64, dax::detail::ReduceOp::sum); });
     refused("all_gatherv", [&] {
-      world->all_gatherv(nullptr, host_values, std::vector<int64_t>(world->size(), 0),
-                         std::vector<int64_t>(world->size(), 0), dax::DType::int64);
+      c.all_gatherv(nullptr, host_values, std::vector<int64_t>(c.size(), 0), std::vector<int64_t>(c.size(), 0),
+                    dax::DType::int64);
     });
     DeviceArray<int64_t> on_device(std::vector<int64_t>{7, 8});
-    world->broadcast(on_device.data(), 2, dax::DType::int64, 0);  // device memory still passes
+    c.broadcast(on_device.data(), 2, dax::DType::int64, 0);  // device memory still passes
     EXPECT(on_device.download() == std::vector<int64_t>({7, 8}), "broadcast of device memory after the refusals");
+  };
+  {
+    where = "host memory through the one-member communicator";
+    MPI_Comm self = MPI_COMM_NULL;
+    dax::detail::mpi_check(MPI_Comm_dup(MPI_COMM_SELF, &self), "MPI_Comm_dup");
+    cu::SoloDeviceCommunicator solo(std::make_unique<dax::detail::MpiCommunicator>(self));
+    check_refusals(solo, "GPU transport (a group of one member)");
+  }
+  if (transport == cu::Transport::nccl) {
+    // NCCL itself, built directly: the factory gives a one-member world device copies instead.
+    auto nccl = std::make_unique<cu::NcclCommunicator>(std::make_unique<dax::detail::MpiCommunicator>(dup_world()));
+    if (world_size == 1) check_communicator(*nccl, "world over NCCL itself");
+    where = "host memory through NCCL";
+    check_refusals(*nccl, "NCCL transport");
   }
   if (transport == cu::Transport::mpi) {
     // The staged path whatever the MPI: the factory passes device pointers to a CUDA-aware one.

@@ -110,4 +110,20 @@ inline void copy_device(void* dst, const void* src, size_t bytes) {
   DAX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, context().stream()));
 }
 
+/// Throws unless `p` (non-null) is memory a GPU kernel may touch; `who` names the transport in the
+/// error. NCCL moves device memory only, and at one rank an in-place call copies nothing at all, so
+/// a host buffer handed to it would go unnoticed there and fault or mislead at more ranks: host
+/// values (sizes, flags, checksums) go through Communicator::host(). One cudaPointerGetAttributes
+/// call, a lookup in the driver.
+inline void require_device_memory(const void* p, const char* call, const char* who = "NCCL transport") {
+  if (p == nullptr) return;
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, p);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  const bool device = status == cudaSuccess &&
+                      (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
+  DAX_CHECK(device, who, ": ", call, " was given host memory (", p,
+            "); NCCL moves device memory only: send host values through the group's host() communicator");
+}
+
 }  // namespace dax::detail::cuda

@@ -35,21 +35,6 @@ inline void nccl_check(ncclResult_t code, const char* call) {
 
 #define DAX_NCCL_CHECK(call) ::dax::detail::cuda::nccl_check((call), #call)
 
-/// Throws unless `p` (non-null) is memory a GPU kernel may touch. NCCL moves device memory only,
-/// and at one rank an in-place call copies nothing at all, so a host buffer handed to it would go unnoticed
-/// there and fault or mislead at more ranks: host values (sizes, flags, checksums) go through
-/// Communicator::host(). One cudaPointerGetAttributes call, a lookup in the driver.
-inline void require_device_memory(const void* p, const char* call) {
-  if (p == nullptr) return;
-  cudaPointerAttributes attributes{};
-  const cudaError_t status = cudaPointerGetAttributes(&attributes, p);
-  if (status != cudaSuccess) (void)cudaGetLastError();
-  const bool device = status == cudaSuccess &&
-                      (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
-  DAX_CHECK(device, "NCCL transport: ", call, " was given host memory (", p,
-            "); NCCL moves device memory only: send host values through the group's host() communicator");
-}
-
 inline ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::float32: return ncclFloat32;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <dax/backend/cuda/nccl_communicator.cuh>
+#include <dax/backend/cuda/solo_communicator.cuh>
 #include <dax/backend/cuda/staged_mpi_communicator.cuh>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/communicator.hpp>
@@ -31,14 +32,17 @@ inline Transport choose_transport() {
   fail("DAX_TRANSPORT must be 'nccl' or 'mpi', got '", wanted, "'");
 }
 
-/// The communicator of one group for device buffers, by DAX_TRANSPORT. Takes ownership of `comm`
-/// (the group's MPI communicator, freed with the result or on error); `name`, `world_members` and
-/// `watchdog` as for MpiCommunicator. Collective over the group (NCCL bootstraps over `comm`).
+/// The communicator of one group for device buffers, by DAX_TRANSPORT; a group of one member
+/// needs no transport and gets device copies (SoloDeviceCommunicator) whichever is asked for.
+/// Takes ownership of `comm` (the group's MPI communicator, freed with the result or on error);
+/// `name`, `world_members` and `watchdog` as for MpiCommunicator. Collective over the group (NCCL
+/// bootstraps over `comm`).
 inline std::unique_ptr<Communicator> make_gpu_communicator(MPI_Comm comm, std::string name,
                                                            std::vector<int> world_members, Watchdog* watchdog) {
   auto host = std::make_unique<MpiCommunicator>(comm, std::move(name), std::move(world_members), watchdog);
   // Read before anything collective: an invalid value then fails on every member alike.
   const Transport transport = choose_transport();
+  if (host->size() == 1) return std::make_unique<SoloDeviceCommunicator>(std::move(host));
   if (transport == Transport::mpi) return std::make_unique<StagedMpiCommunicator>(std::move(host));
   return std::make_unique<NcclCommunicator>(std::move(host));
 }
