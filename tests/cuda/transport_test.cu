@@ -463,6 +463,10 @@ int run(int gpus, int local_rank, int local_size) {
     // The staged path whatever the MPI: the factory passes device pointers to a CUDA-aware one.
     cu::StagedMpiCommunicator staged(std::make_unique<dax::detail::MpiCommunicator>(dup_world()), false);
     check_communicator(staged, "world over mpi, staged");
+    if (cu::mpi_is_cuda_aware()) {  // and device pointers straight to MPI, at every rank count
+      cu::StagedMpiCommunicator direct(std::make_unique<dax::detail::MpiCommunicator>(dup_world()), true);
+      check_communicator(direct, "world over mpi, CUDA-aware");
+    }
     if (local_size > gpus && local_size == world_size) {
       // Ranks sharing a GPU: NCCL is refused with the same advice on every member.
       where = "NCCL on a shared GPU";

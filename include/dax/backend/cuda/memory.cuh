@@ -123,7 +123,8 @@ inline void require_device_memory(const void* p, const char* call, const char* w
   const bool device = status == cudaSuccess &&
                       (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
   DAX_CHECK(device, who, ": ", call, " was given host memory (", p,
-            "); NCCL moves device memory only: send host values through the group's host() communicator");
+            "); device communicators move device memory only: send host values through the group's host() "
+            "communicator");
 }
 
 }  // namespace dax::detail::cuda

@@ -75,23 +75,30 @@ class SoloDeviceCommunicator final : public Communicator {
     const auto guard = host_->guard("broadcast", count, type);
   }
 
-  /// As NCCL's: returns once this member's queued device work has finished.
-  void barrier() override { context().synchronize("a barrier's wait for this GPU's collectives"); }
+  /// As NCCL's: returns once this member's queued device work has finished (the host barrier,
+  /// of one member, keeps the group's call numbering as on the other transports).
+  void barrier() override {
+    context().synchronize("a barrier's wait for this GPU's collectives");
+    host_->barrier();
+  }
 
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType type) override {
     DAX_CHECK(dst >= -1 && dst < 1 && src >= -1 && src < 1, "send_recv: peers ", dst, " and ", src,
               " are not members of a group of 1 (or -1)");
-    DAX_CHECK(dst == src, "send_recv: member 0 sends to ", dst, " but receives from ", src,
-              "; a member that sends to itself must receive from itself");
     device_only(send, recv, "send_recv");
     const auto guard = host_->guard("send_recv", count, type);
+    if (count == 0) return;
+    DAX_CHECK(dst == src, "send_recv: member 0 sends to ", dst, " but receives from ", src,
+              "; a member that sends to itself must receive from itself");
     if (dst == 0) move(recv, send, count * itemsize(type));
   }
 
   std::unique_ptr<PreparedExchange> prepare_exchange(const Box&, const std::vector<Box>& send, const Box&,
-                                                     const std::vector<Box>& recv, int64_t) override {
+                                                     const std::vector<Box>& recv, int64_t item_bytes) override {
     DAX_CHECK(send.size() == 1 && recv.size() == 1, "region exchange: expected one region per member (1), got ",
               send.size(), " and ", recv.size());
+    DAX_CHECK(item_bytes == 1 || item_bytes == 2 || item_bytes == 4 || item_bytes == 8, "region exchange: items of ",
+              item_bytes, " bytes are not supported on the GPU (1, 2, 4 or 8)");
     return std::make_unique<SoloExchange>();
   }
 
