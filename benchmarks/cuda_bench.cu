@@ -16,6 +16,8 @@
 //   f. reductions: dax::sum of a 256 MiB float array (all of it, along its rows and along its
 //      columns) vs the same device-to-device copy, as effective bandwidths (bytes read N*4 for the
 //      sum);
+//   f2. argmax along the last dimension of float32 logits (a block per line, a warp per line) vs
+//      the same copy, next to the one-thread-per-line kernel on the same data;
 //   g. reshard (2 or more ranks only): P('x') -> P() and P('x') -> P(None, 'x') on a mesh of
 //      every rank vs the group communicator's own all_gatherv / all_to_allv moving the same bytes
 //      between plain device buffers, and vs raw MPI_Allgather / MPI_Alltoall on pinned host
@@ -26,7 +28,7 @@
 // Skips (exit 0) without a GPU. One GPU per rank: under mpirun (DAX_TRANSPORT=mpi when ranks share
 // a GPU) every rank measures on a 1-device mesh of its own, and rank 0 prints.
 //   ./cuda_bench [--json FILE] [--samples N] [--warmup N] [--iters N] [--sections a,b,...]
-// Sections: gemm, elementwise, overhead, mlp, reduction, reshard, groups (default: all; reshard
+// Sections: gemm, elementwise, overhead, mlp, reduction, argmax, reshard, groups (default: all; reshard
 // needs 2+ ranks and is left out at one, groups runs at one rank only).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -68,7 +70,7 @@ struct Options {
   int samples = 15;
   int warmup = 3;
   int iters = 10000;
-  std::string sections = "gemm,elementwise,overhead,mlp,reduction,reshard,groups";
+  std::string sections = "gemm,elementwise,overhead,mlp,reduction,argmax,reshard,groups";
   bool runs(const std::string& section) const { return ("," + sections + ",").find("," + section + ",") != std::string::npos; }
 };
 
@@ -582,6 +584,65 @@ void bench_reduction(const dax::Mesh& mesh, const Options& o, Report& r) {
                             ", \"target\": " + json_number(reduction_target) + "}");
 }
 
+/// argmax along the last dimension of (lines, len) float32 logits against the copy's bandwidth
+/// (argmax reads N*4 bytes), next to the earlier kernel (one thread per line, which every layout
+/// other than contiguous lines still takes) launched on the same data.
+void bench_argmax(const dax::Mesh& mesh, const Options& o, Report& r, int64_t lines, int64_t len, std::string& rows) {
+  const dax::NamedSharding rep(mesh, dax::P());
+  const auto x = dax::random::normal<float>(dax::random::key(11), {lines, len}, rep);
+  const int64_t n = lines * len;
+  DeviceBlock src(n * sizeof(float)), dst(n * sizeof(float)), values(lines * sizeof(float)),
+      indices(lines * sizeof(int64_t));
+  fill(src, 5);
+  const cudaStream_t stream = cu::context().stream();
+  {  // the answer is the host's: the first largest element of each line
+    const auto host = x.to_host();
+    const auto got = dax::argmax(x, 1).to_host();
+    for (int64_t i = 0; i < lines; ++i) {
+      const auto* line = host.data() + i * len;
+      if (got[i] != std::max_element(line, line + len) - line)
+        throw dax::Error("argmax: line " + std::to_string(i) + " is wrong");
+    }
+  }
+  const float* in = x.local_data().data();
+  const Op ours = [&] { (void)dax::argmax(x, 1); };
+  const Op per_thread = [&] {
+    cu::arg_reduce_kernel<<<cu::grid_blocks(lines), cu::block_threads, 0, stream>>>(
+        in, lines, len, int64_t{1}, dax::detail::fn::Greater{}, values.f(), static_cast<int64_t*>(indices.get()));
+  };
+  const Op raw = [&] {
+    DAX_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), dst.bytes(), cudaMemcpyDeviceToDevice, stream));
+  };
+  const int reps = warm_up({ours, per_thread, raw}, o.warmup, 5.0);
+  std::vector<double> ms;
+  {
+    SteadyState steady(r, "argmax " + std::to_string(lines) + "x" + std::to_string(len));
+    ms = time_by_turns({ours, per_thread, raw}, reps, o.samples);
+  }
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  const double ours_gbs = bytes / (ms[0] * 1e-3) / 1e9, thread_gbs = bytes / (ms[1] * 1e-3) / 1e9;
+  const double copy_gbs = 2 * bytes / (ms[2] * 1e-3) / 1e9;
+  r.line("argmax(x, 1) of (%lld, %lld): %8.4f ms %9.1f GB/s, %6.3f of copy  %s; one thread per line %8.4f ms "
+         "(%.3f of copy)\n",
+         static_cast<long long>(lines), static_cast<long long>(len), ms[0], ours_gbs, ours_gbs / copy_gbs,
+         r.judge(ours_gbs / copy_gbs >= reduction_target), ms[1], thread_gbs / copy_gbs);
+  rows += std::string(rows.empty() ? "" : ", ") + "{\"lines\": " + std::to_string(lines) + ", \"len\": " +
+          std::to_string(len) + ", \"ms\": " + json_number(ms[0]) + ", \"thread_per_line_ms\": " +
+          json_number(ms[1]) + ", \"copy_ms\": " + json_number(ms[2]) + ", \"ratio\": " +
+          json_number(ours_gbs / copy_gbs) + ", \"thread_per_line_ratio\": " + json_number(thread_gbs / copy_gbs) +
+          ", \"target\": " + json_number(reduction_target) + "}";
+}
+
+void bench_argmax(const dax::Mesh& mesh, const Options& o, Report& r) {
+  r.line("#\n# f2. argmax along the last dimension (float32 logits) vs cudaMemcpyAsync D2D of the same bytes;\n"
+         "#     GB/s counting bytes moved (argmax reads N*4, copy 2 N*4); median of %d samples\n",
+         o.samples);
+  std::string rows;
+  bench_argmax(mesh, o, r, 4096, 32768, rows);   // vocabulary-long lines: a block per line
+  bench_argmax(mesh, o, r, 65536, 1024, rows);   // short lines: a warp per line
+  r.json_sections.push_back("\"argmax\": [" + rows + "]");
+}
+
 // ---- g. reshard against the transport's own call ----
 
 /// Host wall-clock ms of the slowest rank for `op` (device synchronized and ranks lined up before,
@@ -921,6 +982,7 @@ int main(int argc, char** argv) {
     if (o.runs("overhead")) bench_overhead(mesh, o, r);
     if (o.runs("mlp")) bench_mlp(mesh, o, r);
     if (o.runs("reduction")) bench_reduction(mesh, o, r);
+    if (o.runs("argmax")) bench_argmax(mesh, o, r);
     if (o.runs("reshard") && rt.size() > 1) bench_reshard(rt, o, r);
     if (o.runs("groups") && rt.size() == 1) bench_groups(o, r);
     report_allocations(r);

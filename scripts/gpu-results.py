@@ -72,6 +72,8 @@ def results(bench, reshard, torch, tests, date, device=None):
     out["reduction_vs_copy"] = {"sum_all": red["sum_all_ratio"], "sum_rows": red["sum_rows_ratio"]} if red else None
     if red and "sum_columns_ratio" in red:
         out["reduction_vs_copy"]["sum_columns"] = red["sum_columns_ratio"]
+    if bench.get("argmax"):  # argmax along the last dimension, per (lines, len)
+        out["argmax_vs_copy"] = {f"{row['lines']}x{row['len']}": row["ratio"] for row in bench["argmax"]}
     out["host_overhead_us"] = bench.get("host_overhead", {}).get("dax_add_us")
     rs = (reshard or {}).get("reshard")
     out["reshard_vs_raw"] = ({"all_gather": rs["all_gather_ratio"], "all_to_all": rs["all_to_all_ratio"],

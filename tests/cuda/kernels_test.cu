@@ -531,10 +531,22 @@ void test_reduce() {
 
 // ---- argmax / argmin ----
 
-/// The GPU's winners (index and value per output) equal the CPU's, ties included (values 1..9).
+/// The GPU's winners (index and value per output) equal the CPU's, ties included (values 1..9 for
+/// integers, and for floating types when `coarse`). `nans`: a NaN planted at 1-3 places in about a
+/// third of the lines (the first NaN must win, on both sides).
 template <class T, class Better>
-void check_arg_reduce(int64_t outer, int64_t len, int64_t inner, Better better, const char* name) {
-  const auto in = random_vector<T>(outer * len * inner);
+void check_arg_reduce(int64_t outer, int64_t len, int64_t inner, Better better, const char* name, bool coarse = false,
+                      bool nans = false) {
+  auto in = random_vector<T>(outer * len * inner);
+  if (coarse)
+    for (auto& v : in) v = static_cast<T>(random_value<int32_t>());
+  if (nans && len > 0)
+    for (int64_t line = 0; line < outer * inner; ++line) {
+      if (uniform(0, 2) != 0) continue;
+      const int64_t o = line / inner, i = line % inner;
+      for (int64_t planted = uniform(1, 3); planted > 0; --planted)
+        in[(o * len + uniform(0, len - 1)) * inner + i] = std::numeric_limits<T>::quiet_NaN();
+    }
   const int64_t outputs = outer * inner;
   std::vector<T> want_value(outputs);
   std::vector<int64_t> want_index(outputs);
@@ -543,7 +555,8 @@ void check_arg_reduce(int64_t outer, int64_t len, int64_t inner, Better better, 
   const auto d_value = upload(std::vector<T>(outputs));
   const auto d_index = upload(std::vector<int64_t>(outputs));
   gpu::arg_reduce(d_in.data(), outer, len, inner, better, d_value.data(), d_index.data());
-  const std::string what = cat(name, "<", type_name<T>(), "> (", outer, ", ", len, ", ", inner, ")");
+  const std::string what = cat(name, "<", type_name<T>(), "> (", outer, ", ", len, ", ", inner, ")",
+                               coarse ? " coarse" : "", nans ? " with NaNs" : "");
   expect_same(what + " indices", difference(download(d_index), want_index));
   expect_same(what + " values", difference(download(d_value), want_value));
 }
@@ -558,6 +571,20 @@ void test_arg_reduce() {
   check_arg_reduce<Eigen::half>(64, 33, 3, Greater{}, "argmax");
   check_arg_reduce<Eigen::bfloat16>(5, 129, 7, Less{}, "argmin");
   check_arg_reduce<double>(4, 0, 3, Greater{}, "argmax");  // an empty piece: index -1 everywhere
+  // Contiguous lines: a warp per line (64 to 4095 elements), a block per line (4096 and more).
+  check_arg_reduce<float>(300, 64, 1, Greater{}, "argmax", true);
+  check_arg_reduce<float>(1000, 257, 1, Less{}, "argmin", true);
+  check_arg_reduce<int32_t>(77, 4095, 1, Greater{}, "argmax");
+  check_arg_reduce<int64_t>(9, 4096, 1, Less{}, "argmin");
+  check_arg_reduce<float>(600000, 64, 1, Greater{}, "argmax", true);  // more lines than one pass of the grid covers
+  check_arg_reduce<double>(3, 50001, 1, Greater{}, "argmax", true);
+  check_arg_reduce<Eigen::half>(40, 1000, 1, Greater{}, "argmax");
+  check_arg_reduce<Eigen::bfloat16>(6, 9000, 1, Less{}, "argmin");
+  // NaNs win, the first one among several, on every path.
+  check_arg_reduce<float>(500, 300, 1, Greater{}, "argmax", true, true);
+  check_arg_reduce<float>(40, 20000, 1, Less{}, "argmin", false, true);
+  check_arg_reduce<double>(30, 17, 6, Greater{}, "argmax", true, true);
+  check_arg_reduce<double>(200, 10, 1, Less{}, "argmin", false, true);
 }
 
 // ---- permutations ----

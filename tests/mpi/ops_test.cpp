@@ -336,6 +336,40 @@ TEST_CASE("argmax and argmin along split and unsplit dimensions, first index on 
   }
 }
 
+TEST_CASE("argmax and argmin: a NaN wins over every number, the first NaN among several (NumPy)",
+          "[ops][reduction]") {
+  Pick pick;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int trial = 0; trial < 30; ++trial) {
+    const Shape shape{5, 9};
+    const Mesh& mesh = random_mesh(pick);
+    const auto s = random_sharding(pick, mesh, 2);
+    std::vector<float> h(45);
+    for (auto& v : h) v = static_cast<float>(pick(5)) - 2.0f;  // ties
+    for (int k = static_cast<int>(pick(6)); k > 0; --k) h[pick(45)] = nan;
+    const int axis = static_cast<int>(pick(2));
+    const auto x = put(h, shape, s);
+    INFO("trial " << trial << " " << s << " axis " << axis);
+    const auto amax = host(dax::argmax(x, axis)), amin = host(dax::argmin(x, axis));
+    if (!mesh.contains(dax::test::world_rank())) continue;
+    std::vector<int64_t> want_max, want_min;
+    const int64_t lines = axis == 0 ? 9 : 5, len = shape[axis];
+    for (int64_t line = 0; line < lines; ++line) {
+      const auto at = [&](int64_t t) { return axis == 0 ? h[t * 9 + line] : h[line * 9 + t]; };
+      int64_t first_nan = -1, bmax = 0, bmin = 0;  // the extremes matter only without a NaN
+      for (int64_t t = 0; t < len; ++t) {
+        if (std::isnan(at(t)) && first_nan < 0) first_nan = t;
+        if (at(t) > at(bmax)) bmax = t;
+        if (at(t) < at(bmin)) bmin = t;
+      }
+      want_max.push_back(first_nan >= 0 ? first_nan : bmax);
+      want_min.push_back(first_nan >= 0 ? first_nan : bmin);
+    }
+    CHECK(amax == want_max);
+    CHECK(amin == want_min);
+  }
+}
+
 TEST_CASE("argmax and argmin of a bool array (comparison results)", "[ops][reduction]") {
   const int n = dax::test::world_size();
   const Mesh mesh({n}, {"x"});

@@ -1,6 +1,8 @@
 // argmax / argmin along one dimension: each device finds its best (value, global index) per output
 // element, and when the dimension is split, the group of devices splitting it exchanges those
-// pairs (a small all-gather) and keeps the best, the lowest index winning ties as in NumPy.
+// pairs (a small all-gather) and keeps the best, the lowest index winning ties and a NaN winning
+// over numbers, as in NumPy (backend/arg_prefers.hpp). When it is not split, the kernel's indices
+// are the answer and nothing comes to the host.
 #pragma once
 
 #include <cstring>
@@ -8,6 +10,7 @@
 
 #include <dax/array/reshard.hpp>
 #include <dax/array/profile_hook.hpp>
+#include <dax/backend/arg_prefers.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/ops/functors.hpp>
 #include <dax/ops/reduction.hpp>
@@ -56,10 +59,19 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   const int64_t outer = numel(Shape(local.begin(), local.begin() + d));
   const int64_t len = local[d], inner = numel(Shape(local.begin() + d + 1, local.end()));
   const int64_t start = in.local_index()[d].start;
+  const int64_t outputs = outer * inner;
+  const auto values = dev::allocate(outputs * sizeof(T));
+  if (rule.axes.empty()) {  // every line whole on this device: its indices are global already
+    DAX_CHECK(start == 0 && len == x.shape()[d], name, ": an unsplit dimension of ", x.shape()[d],
+              " is held as [", start, ", ", start + len, ")");
+    auto buffer = dev::allocate(outputs * sizeof(int64_t));
+    dev::arg_reduce(in.local_data().data(), outer, len, inner, better, static_cast<T*>(values->data()),
+                    static_cast<int64_t*>(buffer->data()));
+    return DistArray<int64_t>(rule.out_shape, rule.partial, std::move(buffer));
+  }
   // Per output element: (value word, global index), index -1 where this piece is empty. Each
   // backend finds its piece's best on its own memory; only the winners come to the host.
-  const int64_t outputs = outer * inner;
-  const auto values = dev::allocate(outputs * sizeof(T)), indices = dev::allocate(outputs * sizeof(int64_t));
+  const auto indices = dev::allocate(outputs * sizeof(int64_t));
   dev::arg_reduce(in.local_data().data(), outer, len, inner, better, static_cast<T*>(values->data()),
                   static_cast<int64_t*>(indices->data()));
   const std::vector<int64_t> index = dev::download(static_cast<const int64_t*>(indices->data()), outputs);
@@ -70,16 +82,12 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
       mine[2 * e] = to_word(value[e]);
       mine[2 * e + 1] = start + index[e];
     }
-  std::vector<int64_t> all = mine;
-  int members = 1;
-  if (!rule.axes.empty()) {
-    auto& comm = rt.group(rule.partial.mesh(), rule.axes);
-    const int64_t started = collective_start();
-    all = comm.all_gather_host(mine);
-    members = comm.size();
-    count_collective("all_gather", axes_text(rule.partial.mesh(), rule.axes),
-                     int64_t(mine.size() * sizeof(int64_t)) * (members - 1), started);
-  }
+  auto& comm = rt.group(rule.partial.mesh(), rule.axes);
+  const int64_t started = collective_start();
+  const std::vector<int64_t> all = comm.all_gather_host(mine);
+  const int members = comm.size();
+  count_collective("all_gather", axes_text(rule.partial.mesh(), rule.axes),
+                   int64_t(mine.size() * sizeof(int64_t)) * (members - 1), started);
   auto buffer = dev::allocate(outer * inner * sizeof(int64_t));
   const size_t stride = mine.size();
   dev::write_from_host(static_cast<int64_t*>(buffer->data()), outer * inner, [&](int64_t* out) {
@@ -88,9 +96,8 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
       T val{};
       for (int m = 0; m < members; ++m) {
         const int64_t w = all[m * stride + 2 * e], k = all[m * stride + 2 * e + 1];
-        if (k < 0) continue;
         const T v = from_word<T>(w);
-        if (idx < 0 || better(v, val) || (!better(val, v) && k < idx)) idx = k, val = v;
+        if (beats(better, v, k, val, idx)) idx = k, val = v;
       }
       out[e] = idx;
     }
@@ -100,7 +107,7 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
 
 }  // namespace detail
 
-/// Index of the largest element along `axis` (the first one on ties).
+/// Index of the largest element along `axis` (the first one on ties; the first NaN if any, as NumPy).
 template <class T>
 DistArray<int64_t> argmax(const DistArray<T>& x, int axis, bool keepdims = false) {
   auto out = detail::arg_reduce(x, axis, keepdims, detail::fn::Greater{}, "argmax");
@@ -108,7 +115,7 @@ DistArray<int64_t> argmax(const DistArray<T>& x, int axis, bool keepdims = false
   return out;
 }
 
-/// Index of the smallest element along `axis` (the first one on ties).
+/// Index of the smallest element along `axis` (the first one on ties; the first NaN if any, as NumPy).
 template <class T>
 DistArray<int64_t> argmin(const DistArray<T>& x, int axis, bool keepdims = false) {
   auto out = detail::arg_reduce(x, axis, keepdims, detail::fn::Less{}, "argmin");
