@@ -42,30 +42,45 @@ __device__ void warp_best(const Better& better, C& v, int64_t& i) {
 }
 
 // Contiguous lines (inner == 1), RowThreads threads per line: a warp (32) for lines of a few
-// thousand elements, the whole block (256) for longer ones. Each thread scans its elements in
-// order, j = lane, lane + RowThreads, ... (neighbouring threads read neighbouring elements), keeping
-// its first best; the warp and then the block combine by beats(), so ties keep the first index.
-// Values travel in compute_t<T> (float for the 16-bit types: exact both ways).
-template <int RowThreads, class T, class Better>
+// thousand elements, the whole block (256) for longer ones. Each thread reads packs of V elements
+// (16 bytes when the lines are aligned for it, four packs in flight), q = lane, lane + RowThreads,
+// ..., and scans them in order, keeping its first best; the warp and then the block combine by
+// beats(), so ties keep the first index. Values travel in compute_t<T> (float for the 16-bit
+// types: exact both ways).
+template <int RowThreads, int V, class T, class Better>
 __global__ void arg_reduce_lines_kernel(const T* in, int64_t lines, int64_t len, Better better, T* value,
                                         int64_t* index) {
   using C = compute_t<T>;
   constexpr int kWarps = RowThreads / 32;
+  constexpr int kInFlight = 4;
   __shared__ C warp_value[kWarps > 1 ? kWarps : 1];
   __shared__ int64_t warp_index[kWarps > 1 ? kWarps : 1];
   const int per_block = blockDim.x / RowThreads;
   const int lane = threadIdx.x % RowThreads;
+  const int64_t packs = len / V;  // V divides len (the host picks V so)
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * per_block; first < lines;
        first += static_cast<int64_t>(gridDim.x) * per_block) {
     const int64_t line = first + threadIdx.x / RowThreads;
     C v{};
     int64_t i = -1;
+    const auto consider = [&](const Pack<T, V>& x, int64_t q) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const C c = static_cast<C>(x.v[e]);
+        if (i < 0 || prefers(better, c, v)) v = c, i = q * V + e;
+      }
+    };
     if (line < lines) {
       const T* row = in + line * len;
-      for (int64_t j = lane; j < len; j += RowThreads) {
-        const C x = static_cast<C>(row[j]);
-        if (i < 0 || prefers(better, x, v)) v = x, i = j;
+      int64_t q = lane;
+      for (; q + (kInFlight - 1) * RowThreads < packs; q += kInFlight * RowThreads) {
+        Pack<T, V> x[kInFlight];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) x[u] = load_pack<T, V>(row + (q + u * RowThreads) * V);
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) consider(x[u], q + u * RowThreads);
       }
+      for (; q < packs; q += RowThreads) consider(load_pack<T, V>(row + q * V), q);
     }
     warp_best(better, v, i);
     if constexpr (kWarps > 1) {
@@ -86,24 +101,35 @@ __global__ void arg_reduce_lines_kernel(const T* in, int64_t lines, int64_t len,
   }
 }
 
+/// Launches the line kernel with RowThreads threads per line, 16-byte packs where the lines allow.
+template <int RowThreads, class T, class Better>
+void launch_lines(const T* in, int64_t lines, int64_t len, Better better, T* value, int64_t* index) {
+  constexpr int V = sizeof(T) >= 16 ? 1 : static_cast<int>(16 / sizeof(T));
+  const dim3 grid = grid_blocks(lines, block_threads / RowThreads);
+  const cudaStream_t stream = context().stream();
+  if (V > 1 && aligned_for<T, V>(in) && len % V == 0) {
+    arg_reduce_lines_kernel<RowThreads, V><<<grid, block_threads, 0, stream>>>(in, lines, len, better, value, index);
+  } else {
+    arg_reduce_lines_kernel<RowThreads, 1><<<grid, block_threads, 0, stream>>>(in, lines, len, better, value, index);
+  }
+  check_launch("arg_reduce_lines_kernel");
+}
+
 /// Queued on the stream; `better` is copied to the GPU (a trivially copyable DAX_HOST_DEVICE functor).
 template <class T, class Better>
 void arg_reduce(const T* in, int64_t outer, int64_t len, int64_t inner, Better better, T* value, int64_t* index) {
   static_assert(std::is_trivially_copyable_v<Better>, "arg_reduce: the functor is copied to the GPU by value");
   const int64_t count = outer * inner;
   if (count == 0) return;
-  const cudaStream_t stream = context().stream();
   if (inner == 1 && len >= 64) {
-    if (len >= 4096) {  // a block per line
-      arg_reduce_lines_kernel<block_threads><<<grid_blocks(outer, 1), block_threads, 0, stream>>>(in, outer, len, better,
-                                                                                                  value, index);
-    } else {  // a warp per line
-      arg_reduce_lines_kernel<32><<<grid_blocks(outer, block_threads / 32), block_threads, 0, stream>>>(
-          in, outer, len, better, value, index);
+    if (len >= 4096) {
+      launch_lines<block_threads>(in, outer, len, better, value, index);  // a block per line
+    } else {
+      launch_lines<32>(in, outer, len, better, value, index);  // a warp per line
     }
-    check_launch("arg_reduce_lines_kernel");
     return;
   }
+  const cudaStream_t stream = context().stream();
   arg_reduce_kernel<<<grid_blocks(count), block_threads, 0, stream>>>(in, outer, len, inner, better, value, index);
   check_launch("arg_reduce_kernel");
 }
