@@ -184,6 +184,39 @@ TEST_CASE("matmul rule: time, not bytes alone (issue 16's batch-32 weight gradie
   CHECK(bytes_only.chosen == 3);
 }
 
+TEST_CASE("matmul rule: a fixed cost per collective keeps Megatron's one all-reduce on the GPU's rates",
+          "[ops][matmul][cost]") {
+  // The attention's output projection on a (data 2, model 2) mesh: O (512, 128) split over data by
+  // rows and over model by heads, Wo (128, 128) split over model by rows, the result wanted split
+  // over data only. Megatron: local products, then one all-reduce of the partial sums over model
+  // (2 (m-1)/m * 256 * 128 = 32,768 elements received). Gathering O's heads and Wo's rows instead
+  // receives 24,576 and multiplies all of K on every device, cheaper by bytes alone, but two
+  // collectives where one does; in a backward, three such products are summed before Megatron's
+  // one all-reduce, so the gathers lose overall (transformer_lm at 4 ranks on an H100).
+  const Mesh mesh({2, 2}, {"data", "model"});
+  auto s = [&](P p) { return NamedSharding(mesh, p); };
+  const Shape o{512, 128}, wo{128, 128};
+  const auto rule_under = [&](const dax::CostModel& m) {
+    ScopedModel scoped(m);
+    return dax::detail::matmul_rule(o, s(P("data", "model")), wo, s(P("model", dax::none)), s(P("data")), false,
+                                    false);
+  };
+  const dax::CostModel no_latency{100e9, 400e12, 0};
+  const auto gathered = rule_under(no_latency);
+  INFO(dax::detail::explain_matmul_rule(gathered, o, wo, 4));
+  CHECK(gathered.best().collectives == 2);
+  CHECK(gathered.best().total() == 256 * 64 + 64 * 128);  // O's other heads and Wo's other rows
+  const auto reduced = rule_under(dax::cuda_cost_model());
+  INFO(dax::detail::explain_matmul_rule(reduced, o, wo, 4));
+  CHECK(reduced.best().collectives == 1);
+  CHECK(reduced.best().total() == 256 * 128);  // the partial sums' all-reduce
+  CHECK(reduced.best().time == dax::detail::estimated_time(dax::cuda_cost_model(), reduced.best().total(), 4,
+                                                           reduced.best().flops, 1));
+  // The CPU's rates choose Megatron's all-reduce without the fixed cost (compute is dear there).
+  CHECK(rule_under(dax::cpu_cost_model()).best().collectives == 1);
+  CHECK_THROWS_WITH(dax::set_cost_model({1e9, 1e9, -1}), "set_cost_model: collective_s must be finite and >= 0, got -1");
+}
+
 TEST_CASE("rule caches key on the cost model", "[ops][cost]") {
   dax::detail::RuleCache<int> cache;
   const NamedSharding s(Mesh({2}, {"x"}), P("x"));

@@ -19,6 +19,7 @@ namespace dax {
 struct CostModel {
   double link_bytes_per_s = 0;  // what one device receives per second in a collective (busbw)
   double flops_per_s = 0;       // one device's sustained rate on a large local GEMM
+  double collective_s = 0;      // what each collective costs whatever its size (launch, handshake)
   friend bool operator==(const CostModel&, const CostModel&) = default;
 };
 
@@ -26,14 +27,19 @@ struct CostModel {
 /// MPI's vader/sm BTL moves large messages at 4-10 GB/s between cores (one copy through a shared
 /// segment); we take 5 GB/s. One x86 core with two AVX2 FMA units peaks at 32 float FLOPs a cycle
 /// (~100 GFLOP/s at 3 GHz); OpenBLAS reaches about half of that in practice on shared machines:
-/// 50 GFLOP/s.
-inline constexpr CostModel cpu_cost_model() { return {5e9, 50e9}; }
+/// 50 GFLOP/s. No fixed cost per collective yet: shared-memory MPI starts one in 1-3 us, next to
+/// a core's slow GEMMs, and the CPU's plans were measured without it.
+inline constexpr CostModel cpu_cost_model() { return {5e9, 50e9, 0}; }
 
 /// CUDA: an H100 SXM. NVLink 4 gives 450 GB/s per direction inside a node (NCCL's busbw ~360 GB/s)
 /// but across nodes a GPU has one 400 Gb/s NIC (50 GB/s); a large mesh spans nodes on most axes,
 /// so we take 100 GB/s. Dense tensor-core GEMM: 495 TFLOP/s TF32 / 990 BF16 peak; cuBLAS sustains
-/// ~400 TFLOP/s on large TF32/BF16 products.
-inline constexpr CostModel cuda_cost_model() { return {100e9, 400e12}; }
+/// ~400 TFLOP/s on large TF32/BF16 products. Each NCCL collective costs about 10-20 us before its
+/// first byte inside a node and more across nodes (nccl-tests' small-message times): 20 us. At
+/// these rates compute is nearly free, so without it two small gathers and a replicated product
+/// beat one all-reduce of partial sums, and a Megatron block's backward, which sums three such
+/// partials before one all-reduce, would run three pairs of gathers instead (found on an H100).
+inline constexpr CostModel cuda_cost_model() { return {100e9, 400e12, 20e-6}; }
 
 namespace detail {
 
@@ -52,9 +58,12 @@ inline CostModel cost_model() {
 
 namespace detail {
 
-/// Estimated seconds to receive `elements` of `item_bytes` each and compute `flops`.
-inline double estimated_time(const CostModel& m, int64_t elements, int64_t item_bytes, double flops) {
-  return static_cast<double>(elements) * static_cast<double>(item_bytes) / m.link_bytes_per_s + flops / m.flops_per_s;
+/// Estimated seconds to receive `elements` of `item_bytes` each in `collectives` collectives and
+/// compute `flops`.
+inline double estimated_time(const CostModel& m, int64_t elements, int64_t item_bytes, double flops,
+                             int collectives = 0) {
+  return static_cast<double>(elements) * static_cast<double>(item_bytes) / m.link_bytes_per_s +
+         flops / m.flops_per_s + collectives * m.collective_s;
 }
 
 /// Seconds as text with a unit.

@@ -79,12 +79,15 @@ inline ElementwiseRule elementwise_rule(const std::vector<Shape>& shapes, const 
       if (!is_broadcast_dim(shapes[c], out, d)) dims[off + d] = in[c].dim_axes(d);
     if (uses_unreduced(dims)) continue;  // never the unreduced operand itself, so one remains
     ElementwiseRule rule{out, {}, make_sharding(mesh, dims, unreduced), 0};
+    int collectives = 0;
     for (size_t i = 0; i < in.size(); ++i) {
       rule.inputs.push_back(operand_sharding(i, dims));
-      rule.elements += reshard_cost(shapes[i], in[i], rule.inputs.back());
+      const MoveCost move = reshard_move_cost(shapes[i], in[i], rule.inputs.back());
+      rule.elements += move.elements;
+      collectives += move.collectives;
     }
-    rule.time = estimated_time(model, rule.elements, item_bytes,
-                               static_cast<double>(largest_piece(out, rule.output)));
+    rule.time = estimated_time(model, rule.elements, item_bytes, static_cast<double>(largest_piece(out, rule.output)),
+                               collectives);
     if (!best || rule.time < best->time) best = std::move(rule);
   }
   return *best;

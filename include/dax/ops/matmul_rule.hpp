@@ -154,7 +154,7 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
                     static_cast<double>(largest_chunk(k_size, group_size(mesh, k_axes)));
       for (size_t d = 0; d < nb; ++d) work *= static_cast<double>(largest_chunk(batch[d], c.out.num_pieces(d)));
       c.flops = work;
-      c.time = estimated_time(rule.model, c.total(), item_bytes, c.flops);
+      c.time = estimated_time(rule.model, c.total(), item_bytes, c.flops, c.collectives);
       if (rule.candidates.empty() || c.time < rule.best().time ||
           (c.time == rule.best().time && c.collectives < rule.best().collectives)) {
         rule.chosen = rule.candidates.size();
@@ -193,7 +193,10 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
   out << "matmul " << to_string(a_shape) << " @ " << to_string(b_shape) << " -> " << to_string(rule.out_shape)
       << " on " << to_string(mesh) << ", result " << to_string(rule.target.spec()) << "\n"
       << "  (time = bytes / " << rule.model.link_bytes_per_s / 1e9 << " GB/s + FLOPs / "
-      << rule.model.flops_per_s / 1e9 << " GFLOP/s, costed at " << rule.item_bytes << " bytes an element)\n";
+      << rule.model.flops_per_s / 1e9 << " GFLOP/s"
+      << (rule.model.collective_s > 0 ? " + collectives x " + std::to_string(rule.model.collective_s * 1e6) + " us"
+                                      : std::string())
+      << ", costed at " << rule.item_bytes << " bytes an element)\n";
   for (size_t i : idx) {
     const auto& c = rule.candidates[i];
     out << (i == rule.chosen ? "* " : "  ");

@@ -35,6 +35,7 @@ struct RuleKeyHash {
     for (int64_t p : k.params) hash_into(h, p);
     hash_into(h, bits_of(k.cost.link_bytes_per_s));
     hash_into(h, bits_of(k.cost.flops_per_s));
+    hash_into(h, bits_of(k.cost.collective_s));
     return h;
   }
 };

@@ -19,13 +19,14 @@ inline void check_same_cost_model_everywhere(const CostModel& m) {
   Runtime* rt = current_runtime();
   if (rt == nullptr || rt->size() == 1) return;
   const std::vector<int64_t> all =
-      rt->world().all_gather_host({bits_of(m.link_bytes_per_s), bits_of(m.flops_per_s)});
-  for (size_t r = 0; r + 1 < all.size(); r += 2)
-    DAX_CHECK(all[r] == all[0] && all[r + 1] == all[1],
+      rt->world().all_gather_host({bits_of(m.link_bytes_per_s), bits_of(m.flops_per_s), bits_of(m.collective_s)});
+  for (size_t r = 0; r + 2 < all.size(); r += 3)
+    DAX_CHECK(all[r] == all[0] && all[r + 1] == all[1] && all[r + 2] == all[2],
               "set_cost_model: every rank must pass the same cost model (rules must choose the same plans); "
-              "rank 0 passed {link ", bit_cast_double(all[0]), " B/s, ", bit_cast_double(all[1]),
-              " FLOP/s} but rank ", r / 2, " passed {link ", bit_cast_double(all[r]), " B/s, ",
-              bit_cast_double(all[r + 1]), " FLOP/s}");
+              "rank 0 passed {link ", bit_cast_double(all[0]), " B/s, ", bit_cast_double(all[1]), " FLOP/s, ",
+              bit_cast_double(all[2]), " s a collective} but rank ", r / 3, " passed {link ",
+              bit_cast_double(all[r]), " B/s, ", bit_cast_double(all[r + 1]), " FLOP/s, ",
+              bit_cast_double(all[r + 2]), " s a collective}");
 }
 
 }  // namespace detail
@@ -37,6 +38,8 @@ inline void set_cost_model(const CostModel& m) {
                 m.flops_per_s > 0,
             "set_cost_model: link_bytes_per_s and flops_per_s must be finite and > 0, got ", m.link_bytes_per_s,
             " and ", m.flops_per_s);
+  DAX_CHECK(std::isfinite(m.collective_s) && m.collective_s >= 0,
+            "set_cost_model: collective_s must be finite and >= 0, got ", m.collective_s);
   detail::check_same_cost_model_everywhere(m);
   detail::cost_model_override() = m;
 }
