@@ -3,6 +3,7 @@
 // simulated devices (local products, then the planned reshard of the partial sums) gives A @ B.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <random>
 
 #include <dax/ops/elementwise_rule.hpp>
@@ -176,7 +177,8 @@ TEST_CASE("matmul rule: time, not bytes alone (issue 16's batch-32 weight gradie
   }
   CHECK(rule.chosen != 3);
   CHECK(rule.best().flops == replicate.flops / 2);
-  CHECK(rule.best().time == dax::detail::estimated_time(model, rule.best().total(), 4, rule.best().flops));
+  CHECK(rule.best().time == dax::detail::estimated_time(model, rule.best().total(), 4, rule.best().flops,
+                                                         rule.best().collectives));
   // With compute free, bytes decide again.
   dax::set_cost_model({5e9, 1e30});
   const auto bytes_only =
@@ -215,6 +217,10 @@ TEST_CASE("matmul rule: a fixed cost per collective keeps Megatron's one all-red
   // The CPU's rates choose Megatron's all-reduce without the fixed cost (compute is dear there).
   CHECK(rule_under(dax::cpu_cost_model()).best().collectives == 1);
   CHECK_THROWS_WITH(dax::set_cost_model({1e9, 1e9, -1}), "set_cost_model: collective_s must be finite and >= 0, got -1");
+  {
+    ScopedModel negative_zero({1e9, 1e9, -0.0});  // stored as +0: caches and ranks compare bits
+    CHECK_FALSE(std::signbit(dax::cost_model().collective_s));
+  }
 }
 
 TEST_CASE("rule caches key on the cost model", "[ops][cost]") {

@@ -61,7 +61,7 @@ namespace detail {
 /// Estimated seconds to receive `elements` of `item_bytes` each in `collectives` collectives and
 /// compute `flops`.
 inline double estimated_time(const CostModel& m, int64_t elements, int64_t item_bytes, double flops,
-                             int collectives = 0) {
+                             int collectives) {
   return static_cast<double>(elements) * static_cast<double>(item_bytes) / m.link_bytes_per_s +
          flops / m.flops_per_s + collectives * m.collective_s;
 }

@@ -194,9 +194,9 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
       << " on " << to_string(mesh) << ", result " << to_string(rule.target.spec()) << "\n"
       << "  (time = bytes / " << rule.model.link_bytes_per_s / 1e9 << " GB/s + FLOPs / "
       << rule.model.flops_per_s / 1e9 << " GFLOP/s"
-      << (rule.model.collective_s > 0 ? " + collectives x " + std::to_string(rule.model.collective_s * 1e6) + " us"
-                                      : std::string())
-      << ", costed at " << rule.item_bytes << " bytes an element)\n";
+      << (rule.model.collective_s > 0 ? " + collectives x " : "");
+  if (rule.model.collective_s > 0) out << rule.model.collective_s * 1e6 << " us";
+  out << ", costed at " << rule.item_bytes << " bytes an element)\n";
   for (size_t i : idx) {
     const auto& c = rule.candidates[i];
     out << (i == rule.chosen ? "* " : "  ");

@@ -33,7 +33,8 @@ inline void check_same_cost_model_everywhere(const CostModel& m) {
 
 /// Sets the model every sharding rule chooses by from now on (rules cached under another model
 /// are not reused). Collective: call it on every rank with the same values.
-inline void set_cost_model(const CostModel& m) {
+inline void set_cost_model(CostModel m) {
+  m.collective_s += 0.0;  // -0 as 0: the rule caches hash and the ranks compare the bits
   DAX_CHECK(std::isfinite(m.link_bytes_per_s) && m.link_bytes_per_s > 0 && std::isfinite(m.flops_per_s) &&
                 m.flops_per_s > 0,
             "set_cost_model: link_bytes_per_s and flops_per_s must be finite and > 0, got ", m.link_bytes_per_s,
