@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -36,7 +35,7 @@ template <class C, class Better>
 __device__ void warp_best(const Better& better, C& v, int64_t& i) {
   for (int by = 16; by > 0; by /= 2) {
     const C ov = shuffle_down(v, by);
-    const int64_t oi = __shfl_down_sync(0xffffffffu, i, by);
+    const int64_t oi = shuffle_down(i, by);
     if (beats(better, ov, oi, v, i)) v = ov, i = oi;
   }
 }
@@ -104,7 +103,7 @@ __global__ void arg_reduce_lines_kernel(const T* in, int64_t lines, int64_t len,
 /// Launches the line kernel with RowThreads threads per line, 16-byte packs where the lines allow.
 template <int RowThreads, class T, class Better>
 void launch_lines(const T* in, int64_t lines, int64_t len, Better better, T* value, int64_t* index) {
-  constexpr int V = sizeof(T) >= 16 ? 1 : static_cast<int>(16 / sizeof(T));
+  constexpr int V = pack_width<T>;
   const dim3 grid = grid_blocks(lines, block_threads / RowThreads);
   const cudaStream_t stream = context().stream();
   if (V > 1 && aligned_for<T, V>(in) && len % V == 0) {

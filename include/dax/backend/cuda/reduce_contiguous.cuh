@@ -20,10 +20,6 @@
 
 namespace dax::detail::cuda {
 
-/// Elements per 16-byte access of In.
-template <class In>
-inline constexpr int pack_width = sizeof(In) >= 16 ? 1 : static_cast<int>(16 / sizeof(In));
-
 #if defined(__CUDACC__)
 /// acc = op(acc, x), or acc = x for a thread's first element.
 template <class Acc, class Op>

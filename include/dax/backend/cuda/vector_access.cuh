@@ -18,6 +18,10 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
+/// Elements per 16-byte access of T.
+template <class T>
+inline constexpr int pack_width = sizeof(T) >= 16 ? 1 : static_cast<int>(16 / sizeof(T));
+
 /// Whether `p` may be read or written as Pack<T, V>.
 template <class T, int V>
 inline bool aligned_for(const void* p) {
