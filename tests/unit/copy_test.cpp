@@ -45,8 +45,8 @@ TEST_CASE("stream_copy copies every byte at every alignment and length", "[backe
     for (size_t to = 0; to < 32; ++to)
       for (size_t bytes : {size_t(0), size_t(1), size_t(15), size_t(63), size_t(64), size_t(65), size_t(200), size_t(4000)}) {
         std::fill(dst.begin(), dst.end(), 0xA5);
-        dax::detail::cpu::stream_copy(dst.data() + to, src.data() + from, bytes);
-        dax::detail::cpu::stream_fence();
+        dax::detail::stream_copy(dst.data() + to, src.data() + from, bytes);
+        dax::detail::stream_fence();
         for (size_t i = 0; i < dst.size(); ++i) {
           const bool inside = i >= to && i < to + bytes;
           if (dst[i] != (inside ? src[from + i - to] : 0xA5)) FAIL("byte " << i << " from " << from << " to " << to);
@@ -58,7 +58,7 @@ TEST_CASE("stream_copy_side_by_side copies every run at mixed alignments and len
   // Runs whose destinations start at different offsets within a cache line in one group (so their
   // heads and the group's common block count differ), for every count up to two groups and more.
   std::mt19937 rng(13);
-  constexpr int most = 2 * dax::detail::cpu::kRunsSideBySide + 3;
+  constexpr int most = 2 * dax::detail::kRunsSideBySide + 3;
   const size_t slot = 4096 + 128;
   std::vector<unsigned char> src(most * slot), dst(src.size());
   for (auto& b : src) b = static_cast<unsigned char>(rng());
@@ -75,8 +75,8 @@ TEST_CASE("stream_copy_side_by_side copies every run at mixed alignments and len
           from[k] = reinterpret_cast<const char*>(src.data() + from_off[k]);
         }
         std::fill(dst.begin(), dst.end(), 0xA5);
-        dax::detail::cpu::stream_copy_side_by_side(to, from, count, bytes);
-        dax::detail::cpu::stream_fence();
+        dax::detail::stream_copy_side_by_side(to, from, count, bytes);
+        dax::detail::stream_fence();
         std::vector<unsigned char> want(dst.size(), 0xA5);
         for (int k = 0; k < count; ++k)
           std::copy_n(src.begin() + from_off[k], bytes, want.begin() + to_off[k]);
@@ -98,7 +98,7 @@ TEST_CASE("large copies (streaming stores) land exactly, strided and contiguous,
   // being contiguous there: run after run again.
   std::mt19937 rng(5);
   const int64_t rows = 1499, cols = 1001;
-  REQUIRE(rows % dax::detail::cpu::kRunsSideBySide != 0);
+  REQUIRE(rows % dax::detail::kRunsSideBySide != 0);
   struct Case {
     dax::Box src_block, dst_block, region;
     bool contiguous_source;
@@ -112,7 +112,7 @@ TEST_CASE("large copies (streaming stores) land exactly, strided and contiguous,
   for (const Case& c : cases) {
     std::vector<float> src(static_cast<size_t>(dax::numel(c.src_block)));
     for (auto& v : src) v = std::uniform_real_distribution<float>(-1, 1)(rng);
-    REQUIRE(dax::numel(c.region) * int64_t(sizeof(float)) >= dax::detail::cpu::kStreamingCopyFrom);
+    REQUIRE(dax::numel(c.region) * int64_t(sizeof(float)) >= dax::detail::kStreamingCopyFrom);
     REQUIRE(dax::is_contiguous_in(c.src_block, c.region) == c.contiguous_source);
     std::vector<float> got(static_cast<size_t>(dax::numel(c.dst_block)), -7.f), want = got;
     dax::detail::cpu::copy_region(src.data(), c.src_block, got.data(), c.dst_block, c.region);

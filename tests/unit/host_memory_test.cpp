@@ -1,11 +1,16 @@
 // Host blocks: 64-byte aligned, and blocks of 4 MiB and more start on a 2 MiB boundary so that
 // transparent huge pages can back them (unless DAX_HUGE_PAGES=0). Every byte asked for is usable.
+// Shareable blocks (a strided exchange's receive pieces) are seen alike through a peer's mapping.
 #include <catch2/catch.hpp>
 
 #include <dax/backend/cpu/memory.hpp>
+#include <dax/comm/node_shared_memory.hpp>
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 TEST_CASE("host blocks are aligned for their size", "[memory]") {
   dax::detail::cpu::HostMemory memory;
@@ -21,4 +26,69 @@ TEST_CASE("host blocks are aligned for their size", "[memory]") {
     REQUIRE(static_cast<unsigned char*>(p)[bytes - 1] == 0x5a);
     memory.deallocate(p, bytes);
   }
+}
+
+TEST_CASE("shareable host blocks: another mapping sees the same bytes, and they are given back", "[memory]") {
+  // A block the node's other processes can map (comm/node_shared_memory.hpp), mapped a second time
+  // here through /proc/<pid>/fd/<fd> exactly as a peer maps it.
+  auto& blocks = dax::detail::NodeSharedBlocks::process();
+  const int64_t before = blocks.live();
+  const size_t bytes = (size_t(5) << 20) + 100;
+  dax::detail::cpu::HostMemory memory;
+  void* p = memory.allocate_shared(bytes);
+  REQUIRE(p != nullptr);
+  const auto place = blocks.find(static_cast<char*>(p) + 4096, 64);
+  if (!place) {  // no memfd here: an ordinary block, which must still be whole and usable
+    WARN("this system gave no shareable block (memfd); ordinary memory instead");
+    std::memset(p, 1, bytes);
+    memory.deallocate_shared(p, bytes);
+    return;
+  }
+  REQUIRE(place->offset == 4096);
+  REQUIRE(place->length >= static_cast<int64_t>(bytes));
+  REQUIRE(blocks.live() == before + 1);
+  REQUIRE_FALSE(blocks.find(static_cast<char*>(p) + place->length - 8, 64));  // runs past its end
+  int x = 0;
+  REQUIRE_FALSE(blocks.find(&x, sizeof x));  // not a shareable block
+  auto* mine = static_cast<uint32_t*>(p);
+  for (size_t i = 0; i < bytes / 4; ++i) mine[i] = static_cast<uint32_t>(i * 2654435761u);
+  dax::detail::SharedPlace whole = *place;
+  whole.offset = 0;
+  auto& peers = dax::detail::PeerMappings::process();
+  char* other = peers.map(getpid(), whole);
+  REQUIRE(other != nullptr);
+  REQUIRE(other != p);
+  REQUIRE(peers.map(getpid(), whole) == other);  // kept, not mapped again
+  auto* theirs = reinterpret_cast<uint32_t*>(other);
+  REQUIRE(std::memcmp(theirs, mine, bytes) == 0);
+  theirs[12345] = 77;  // written through the other mapping, seen in the block
+  REQUIRE(mine[12345] == 77);
+  memory.deallocate_shared(p, bytes);
+  REQUIRE(blocks.live() == before);
+  REQUIRE_FALSE(blocks.find(p, 1));
+  // The peer's stale mapping holds no memory: the block was emptied before it was given back.
+  REQUIRE(theirs[12345] == 0);
+  // A process that does not exist maps nothing (the exchange then copies by the kernel).
+  REQUIRE(peers.map(-1, whole) == nullptr);
+}
+
+TEST_CASE("the caching allocator keeps shareable and ordinary blocks apart", "[memory]") {
+  auto allocator = std::make_shared<dax::detail::cpu::HostAllocator>();
+  const size_t bytes = size_t(1) << 20;
+  void* shared = allocator->allocate(bytes, true);
+  allocator->deallocate(shared, bytes, true);
+  void* ordinary = allocator->allocate(bytes);
+  REQUIRE(ordinary != shared);  // the cached shareable block is not handed out as an ordinary one
+  REQUIRE(allocator->allocate(bytes, true) == shared);  // but is reused as a shareable one
+  allocator->deallocate(shared, bytes, true);
+  allocator->deallocate(ordinary, bytes);
+  const auto stats = allocator->stats();
+  REQUIRE(stats.requests == 3);
+  REQUIRE(stats.system_allocations == 2);
+  REQUIRE(stats.bytes_requested == 0);
+  auto& blocks = dax::detail::NodeSharedBlocks::process();
+  const int64_t live = blocks.live();
+  const int64_t made_shareable = blocks.find(shared, 1) ? 1 : 0;  // 0 where the system has no memfd
+  allocator->release_cached();
+  REQUIRE(blocks.live() == live - made_shareable);
 }

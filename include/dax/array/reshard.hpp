@@ -73,7 +73,9 @@ StepInFlight start_step(const StepProgram& p, const std::shared_ptr<Buffer>& in,
     return f;
   }
   const int64_t out_count = p.zero ? static_cast<int64_t>(in->bytes() / sizeof(T)) : numel(ex.to_block);
-  f.out = dev::allocate(out_count * sizeof(T));
+  // A strided exchange's senders may write their parts straight into the new piece (on one node).
+  const bool for_peers = p.prepared && p.prepared->receives_from_peer_writes();
+  f.out = for_peers ? dev::allocate_for_peers(out_count * sizeof(T)) : dev::allocate(out_count * sizeof(T));
   T* dst = data_of<T>(f.out);
   const T* src = data_of<T>(in);
   if (p.zero) {
@@ -100,7 +102,8 @@ StepInFlight start_step(const StepProgram& p, const std::shared_ptr<Buffer>& in,
   };
   switch (p.kind) {
     case StepKind::all_gather: {
-      dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+      if (!p.prepared || !p.prepared->copies_own_part())
+        dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
       if (p.recv_direct)  // own part first, then every other part lands in place
         run([&] { p.comm->all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type); },
             [&] { return p.comm->start_all_gatherv(nullptr, dst, p.recv_counts, p.recv_displs, type); });
@@ -112,7 +115,7 @@ StepInFlight start_step(const StepProgram& p, const std::shared_ptr<Buffer>& in,
     case StepKind::all_to_all:
     case StepKind::general_exchange: {
       if (p.prepared) {
-        dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
+        if (!p.prepared->copies_own_part()) dev::copy_region(src, ex.from_block, dst, ex.to_block, ex.keep);
         run([&] { p.comm->exchange(*p.prepared, src, dst); },
             [&] { return p.comm->start_exchange(*p.prepared, src, dst); });
         break;

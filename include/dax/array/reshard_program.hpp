@@ -128,7 +128,8 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
                       group_is_contiguous(shape, step, ex);
       if (!p.recv_direct) {  // strided parts go by derived datatypes, straight into place
         p.recv_staging = 0;
-        p.prepared = p.comm->prepare_exchange(ex.from_block, ex.send, ex.to_block, ex.recv, item_bytes);
+        p.prepared =
+            p.comm->prepare_exchange_keeping(ex.from_block, ex.send, ex.to_block, ex.recv, ex.keep, item_bytes);
       }
       break;
     }
@@ -141,7 +142,8 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
       }
       if (!ex.reduce && !group_is_contiguous(shape, step, ex)) {  // strided: derived datatypes, no staging
         p.send_staging = p.recv_staging = 0;
-        p.prepared = p.comm->prepare_exchange(ex.from_block, ex.send, ex.to_block, ex.recv, item_bytes);
+        p.prepared =
+            p.comm->prepare_exchange_keeping(ex.from_block, ex.send, ex.to_block, ex.recv, ex.keep, item_bytes);
       }
       break;
     case StepKind::reduce_scatter: {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace dax::detail {
@@ -40,14 +41,17 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     return (bytes + step - 1) / step * step;
   }
 
-  void* allocate(size_t bytes) {
+  /// A block of at least `bytes`. `shared`: one the node's other processes can map (for a
+  /// backend whose raw memory offers it, allocate_shared; otherwise an ordinary block). Shared and
+  /// ordinary blocks are cached apart.
+  void* allocate(size_t bytes, bool shared = false) {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
     ++stats_.requests;
     stats_.bytes_in_use += static_cast<int64_t>(size);
     stats_.bytes_requested += static_cast<int64_t>(bytes);
     if (stats_.bytes_requested > stats_.peak_bytes_requested) stats_.peak_bytes_requested = stats_.bytes_requested;
-    auto& free_list = free_[size];
+    auto& free_list = free_[{shared, size}];
     if (!free_list.empty()) {
       void* p = free_list.back();
       free_list.pop_back();
@@ -56,20 +60,20 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     }
     ++stats_.system_allocations;
     try {
-      return raw_.allocate(size);
+      return raw_allocate(size, shared);
     } catch (...) {  // out of memory: return every cached block, then try once more
       release_cached_locked();
-      return raw_.allocate(size);
+      return raw_allocate(size, shared);
     }
   }
 
-  void deallocate(void* p, size_t bytes) {
+  void deallocate(void* p, size_t bytes, bool shared = false) {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= static_cast<int64_t>(size);
     stats_.bytes_requested -= static_cast<int64_t>(bytes);
     stats_.bytes_cached += static_cast<int64_t>(size);
-    free_[size].push_back(p);
+    free_[{shared, size}].push_back(p);
   }
 
   /// Returns every cached block to the system.
@@ -90,10 +94,24 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   }
 
  private:
+  void* raw_allocate(size_t size, bool shared) {
+    if constexpr (requires(Raw& r) { r.allocate_shared(size); })
+      if (shared) return raw_.allocate_shared(size);
+    return raw_.allocate(size);
+  }
+
   void release_cached_locked() {
-    for (auto& [size, list] : free_) {
+    for (auto& [key, list] : free_) {
+      const auto [shared, size] = key;
       for (void* p : list) {
-        raw_.deallocate(p, size);
+        if constexpr (requires(Raw& r) { r.deallocate_shared(p, size); }) {
+          if (shared)
+            raw_.deallocate_shared(p, size);
+          else
+            raw_.deallocate(p, size);
+        } else {
+          raw_.deallocate(p, size);
+        }
         ++stats_.system_frees;
       }
       stats_.bytes_cached -= static_cast<int64_t>(size * list.size());
@@ -103,7 +121,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
 
   Raw raw_;
   mutable std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;
+  std::map<std::pair<bool, size_t>, std::vector<void*>> free_;  // by (shared, size class)
   AllocatorStats stats_;
 };
 
@@ -136,6 +154,15 @@ std::shared_ptr<Buffer> make_buffer(const std::shared_ptr<Allocator>& allocator,
   void* p = allocator->allocate(bytes);
   return std::make_shared<Buffer>(p, bytes, allocator, [](void* owner, void* ptr, size_t n) {
     static_cast<Allocator*>(owner)->deallocate(ptr, n);
+  });
+}
+
+/// A buffer from `allocator` in memory the node's other processes can map (see allocate).
+template <class Allocator>
+std::shared_ptr<Buffer> make_shared_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
+  void* p = allocator->allocate(bytes, true);
+  return std::make_shared<Buffer>(p, bytes, allocator, [](void* owner, void* ptr, size_t n) {
+    static_cast<Allocator*>(owner)->deallocate(ptr, n, true);
   });
 }
 

@@ -50,6 +50,15 @@ inline bool on_gpu() {
 /// A block of the backend's memory (device memory on CUDA), from its caching allocator.
 inline std::shared_ptr<Buffer> allocate(size_t bytes) { DAX_DISPATCH(allocate(bytes)); }
 
+/// A block as allocate's that the node's other processes may also write into (a strided exchange's
+/// receive piece; host memory only: on a GPU, an ordinary device block).
+inline std::shared_ptr<Buffer> allocate_for_peers(size_t bytes) {
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) return cuda::allocate(bytes);
+#endif
+  return cpu::allocate_for_peers(bytes);
+}
+
 template <class T>
 void fill(T* data, int64_t count, T value) {
   DAX_DISPATCH(fill(data, count, value));

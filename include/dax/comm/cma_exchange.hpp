@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <dax/core/shape.hpp>
+#include <dax/core/stream_copy.hpp>
 
 namespace dax::detail {
 
@@ -24,6 +25,7 @@ struct CmaCounts {
   int64_t groups_refused = 0;
   int64_t segments = 0;       // paired runs copied
   int64_t remote_iovecs = 0;  // the other process's side, after joining segments that follow on
+  int64_t peer_writes = 0;    // segments written straight into another process's mapped piece
 };
 inline CmaCounts& cma_counts() {
   static CmaCounts counts;
@@ -135,6 +137,53 @@ inline int64_t shortest_run_bytes(const std::vector<RegionRuns>& regions, int64_
   for (const RegionRuns& r : regions)
     if (r.elements) shortest = std::min(shortest, r.length * item);
   return shortest;
+}
+
+/// One stretch to copy in this process's address space (`to` may lie in another process's piece
+/// mapped here).
+struct CopyRun {
+  char* to;
+  const char* from;
+  size_t bytes;
+};
+
+/// Copies `runs` in their order. Large copies stream: two runs whose sources do not follow on
+/// (runs spread over memory) side by side, as cpu::copy_region streams strided runs; the rest one
+/// after another. The caller fences (stream_fence) before another process may read.
+inline void copy_runs(const std::vector<CopyRun>& runs) {
+  size_t total = 0;
+  for (const CopyRun& r : runs) total += r.bytes;
+  if (total < static_cast<size_t>(kStreamingCopyFrom)) {
+    for (const CopyRun& r : runs) std::memcpy(r.to, r.from, r.bytes);
+    return;
+  }
+  for (size_t k = 0; k < runs.size();) {
+    const CopyRun& a = runs[k];
+    if (k + 1 < runs.size() && runs[k + 1].bytes == a.bytes && a.from + a.bytes != runs[k + 1].from &&
+        a.from != runs[k + 1].from && a.bytes >= 64) {
+      char* to[2] = {a.to, runs[k + 1].to};
+      const char* from[2] = {a.from, runs[k + 1].from};
+      stream_copy_side_by_side(to, from, 2, a.bytes);
+      k += 2;
+    } else {
+      stream_copy(a.to, a.from, a.bytes);
+      ++k;
+    }
+  }
+}
+
+/// The segments of several destinations in the order of their sources (stable: a destination's
+/// own order where sources tie), as (destination, segment) pairs. Copied in this order, a source
+/// is read once front to back while the destinations fill side by side: a row split between this
+/// member's piece and a peer's is read whole, not half now and half later.
+inline std::vector<std::pair<int, int64_t>> in_source_order(const std::vector<const std::vector<CopySegment>*>& lists) {
+  std::vector<std::pair<int, int64_t>> order;
+  for (size_t d = 0; d < lists.size(); ++d)
+    for (size_t k = 0; k < lists[d]->size(); ++k) order.emplace_back(static_cast<int>(d), static_cast<int64_t>(k));
+  std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    return (*lists[a.first])[a.second].from < (*lists[b.first])[b.second].from;
+  });
+  return order;
 }
 
 }  // namespace dax::detail

@@ -37,6 +37,11 @@ class FinishedCollective final : public PendingCollective {
 class PreparedExchange {
  public:
   virtual ~PreparedExchange() = default;
+  /// Whether this member's receive piece should be memory the node's other members can map
+  /// (the backend's allocate_for_peers): they then write their parts into it directly.
+  virtual bool receives_from_peer_writes() const { return false; }
+  /// Whether running it also copies the caller's own region (see prepare_exchange_keeping).
+  virtual bool copies_own_part() const { return false; }
 };
 
 class Communicator {
@@ -71,6 +76,17 @@ class Communicator {
   virtual std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                              const Box& recv_block, const std::vector<Box>& recv,
                                                              int64_t item_bytes) = 0;
+  /// The same, told the region `keep` the caller keeps (in both blocks): an exchange may copy it
+  /// with the others' parts, in one pass over the source (copies_own_part() says it will); otherwise
+  /// the caller copies it.
+  virtual std::unique_ptr<PreparedExchange> prepare_exchange_keeping(const Box& send_block,
+                                                                     const std::vector<Box>& send,
+                                                                     const Box& recv_block,
+                                                                     const std::vector<Box>& recv, const Box& keep,
+                                                                     int64_t item_bytes) {
+    (void)keep;
+    return prepare_exchange(send_block, send, recv_block, recv, item_bytes);
+  }
   virtual void exchange(const PreparedExchange& prepared, const void* send, void* recv) = 0;
 
   /// The same collectives started without waiting (`start_` + the blocking call's name). A

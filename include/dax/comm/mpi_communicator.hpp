@@ -29,6 +29,7 @@
 #include <dax/comm/communicator.hpp>
 #include <dax/comm/mpi_check.hpp>
 #include <dax/comm/mpi_float16.hpp>
+#include <dax/comm/node_shared_memory.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail {
@@ -91,12 +92,25 @@ class MpiRegionExchange final : public PreparedExchange {
 
   std::vector<MPI_Datatype> send_types, recv_types;
   std::vector<int> send_counts, recv_counts, displs;
-  // The same regions as runs; and, when the group agreed to copy them by cross-memory attach, per
-  // member the segments this member reads from it (pulls) and writes into it (pushes).
+  // The same regions as runs; and, when the group agreed to copy them itself (cross-memory attach
+  // or peer writes), per member: `writes`, the segments of what this member sends it, paired with its receive
+  // region; written straight into its piece when that piece is mapped here (peer writes), else
+  // by process_vm_writev where `pushed` (the sender's side has more runs) or read by the receiver
+  // with process_vm_readv (`pulls`, the same pairing seen from the receiver).
   std::vector<RegionRuns> send_runs, recv_runs;
   bool by_cma = false;
-  std::vector<std::vector<CopySegment>> pulls, pushes;
+  bool peer_writes = false;  // this member's receive piece is to be mappable, for the senders to write
+  std::vector<std::vector<CopySegment>> pulls, writes;
+  std::vector<char> pushed;
+  // The caller's own region, when the exchange copies it; and the copies it makes itself in the
+  // order of their sources: (0, k) is own[k], (j + 1, k) writes[j][k].
+  std::vector<CopySegment> own;
+  bool copies_own = false;
+  std::vector<std::pair<int, int64_t>> order;
   int64_t id = 0;  // its number among the exchanges prepared on the communicator (the same on every member)
+
+  bool receives_from_peer_writes() const override { return peer_writes; }
+  bool copies_own_part() const override { return copies_own; }
 
  private:
   void add(const Box& block, const Box& region, std::vector<MPI_Datatype>& types, std::vector<int>& counts,
@@ -258,9 +272,27 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PreparedExchange> prepare_exchange(const Box& send_block, const std::vector<Box>& send,
                                                      const Box& recv_block, const std::vector<Box>& recv,
                                                      int64_t item_bytes) override {
+    return prepare_exchange_keeping(send_block, send, recv_block, recv, Box{}, item_bytes);
+  }
+
+  /// Copied by this process itself (cross-memory attach, peer writes), the exchange copies `keep`
+  /// too: in one pass with the parts written into peers' pieces, in the order of the source.
+  std::unique_ptr<PreparedExchange> prepare_exchange_keeping(const Box& send_block, const std::vector<Box>& send,
+                                                             const Box& recv_block, const std::vector<Box>& recv,
+                                                             const Box& keep, int64_t item_bytes) override {
     auto x = std::make_unique<MpiRegionExchange>(send_block, send, recv_block, recv, rank_);
     prepare_cma(*x, item_bytes);
-    if (!x->by_cma) x->build_types(send_block, send, recv_block, recv, rank_, item_bytes);
+    if (!x->by_cma) {
+      x->build_types(send_block, send, recv_block, recv, rank_, item_bytes);
+      return x;
+    }
+    if (!keep.empty() && numel(keep) > 0) {
+      x->own = pair_runs(RegionRuns(send_block, keep), RegionRuns(recv_block, keep), item_bytes);
+      x->copies_own = true;
+    }
+    std::vector<const std::vector<CopySegment>*> lists{&x->own};
+    for (const auto& w : x->writes) lists.push_back(&w);
+    x->order = in_source_order(lists);
     return x;
   }
 
@@ -510,14 +542,22 @@ class MpiCommunicator final : public Communicator {
     }
     if (!matched) return;
     x.pulls.assign(size_, {});
-    x.pushes.assign(size_, {});
+    x.writes.assign(size_, {});
+    x.pushed.assign(size_, 0);
+    bool receives = false;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
+      receives = receives || x.recv_runs[j].elements > 0;
       if (x.recv_runs[j].elements && !pushed(theirs_sent[j], x.recv_runs[j]))
         x.pulls[j] = pair_runs(theirs_sent[j], x.recv_runs[j], item);
-      if (x.send_runs[j].elements && pushed(x.send_runs[j], theirs_received[j]))
-        x.pushes[j] = pair_runs(x.send_runs[j], theirs_received[j], item);
+      if (x.send_runs[j].elements) {
+        x.writes[j] = pair_runs(x.send_runs[j], theirs_received[j], item);
+        x.pushed[j] = pushed(x.send_runs[j], theirs_received[j]);
+      }
     }
+    // Whether the senders write into this member's piece themselves is settled per call (each
+    // member tells the others where its piece lies, shared or not); this only asks for the memory.
+    x.peer_writes = receives && peer_writes_enabled();
     x.id = ++cma_prepared_;  // the same on every member: they prepare together, in the same order
     x.by_cma = true;
   }
@@ -526,18 +566,26 @@ class MpiCommunicator final : public Communicator {
   /// makes its reads and writes, and an all-reduce both holds every buffer until all copies are
   /// done and tells every member whether they all went through.
   void cma_exchange(const MpiRegionExchange& x, const void* send, void* recv, Guard& guard) {
-    const int64_t mine[3] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(send)),
-                             static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv)), x.id};
-    cma_bases_.resize(3 * static_cast<size_t>(size_));
-    guard.check(MPI_Allgather(mine, 3, MPI_INT64_T, cma_bases_.data(), 3, MPI_INT64_T, comm_),
+    // Per member: its buffers, the exchange's number, and where its receive piece lies if the
+    // others can map it (block number, memfd, length, offset; block -1 when they cannot).
+    constexpr int F = 7;
+    int64_t mine[F] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(send)),
+                       static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv)), x.id, -1, -1, 0, 0};
+    if (x.peer_writes)
+      if (const auto place = NodeSharedBlocks::process().find(recv, 1)) {
+        mine[3] = place->block, mine[4] = place->fd, mine[5] = place->length, mine[6] = place->offset;
+      }
+    cma_bases_.resize(F * static_cast<size_t>(size_));
+    guard.check(MPI_Allgather(mine, F, MPI_INT64_T, cma_bases_.data(), F, MPI_INT64_T, comm_),
                 "MPI_Allgather (exchange addresses)");
     // Members that diverged could otherwise write with one exchange's geometry into another's
     // buffers: every member sees every id, so all of them refuse alike before anything is copied.
     for (int j = 0; j < size_; ++j)
-      if (cma_bases_[3 * j + 2] != x.id)
+      if (cma_bases_[F * j + 2] != x.id)
         fail("strided exchange on ", group_text(), ": the members are not running the same exchange (world rank ",
-             world_ranks()[j], " runs the one prepared as number ", cma_bases_[3 * j + 2], ", world rank ",
+             world_ranks()[j], " runs the one prepared as number ", cma_bases_[F * j + 2], ", world rank ",
              world_ranks()[rank_], " number ", x.id, "); the ranks diverged");
+    const auto mapped_by = [&](int j) { return cma_bases_[F * j + 3] >= 0; };  // j's piece is written by its senders
     int failed = INT_MAX;  // the lowest world rank whose copy failed
     ++cma_counts().exchanges;
 #if defined(__linux__)
@@ -545,7 +593,8 @@ class MpiCommunicator final : public Communicator {
     cma_local_.resize(kIov);
     cma_remote_.resize(kIov);
     auto at = [](int64_t base, int64_t offset) { return reinterpret_cast<void*>(static_cast<uintptr_t>(base + offset)); };
-    // Copies `segments` with member j: read out of its send buffer, or written into its receive buffer.
+    // Copies `segments` with member j by the kernel: read out of its send buffer, or written into
+    // its receive buffer.
     auto copy = [&](int j, const std::vector<CopySegment>& segments, bool push) {
       // Batches of at most kIov segments and kCmaBatchBytes (the kernel moves under 2 GiB a call).
       for (size_t first = 0, n = 0; first < segments.size() && failed == INT_MAX; first += n) {
@@ -569,10 +618,10 @@ class MpiCommunicator final : public Communicator {
           const size_t bytes = static_cast<size_t>(g.bytes);
           if (push) {
             append(cma_local_, locals, at(mine[0], g.from), bytes);
-            append(cma_remote_, remotes, at(cma_bases_[3 * j + 1], g.to), bytes);
+            append(cma_remote_, remotes, at(cma_bases_[F * j + 1], g.to), bytes);
           } else {
             append(cma_local_, locals, at(mine[1], g.to), bytes);
-            append(cma_remote_, remotes, at(cma_bases_[3 * j], g.from), bytes);
+            append(cma_remote_, remotes, at(cma_bases_[F * j], g.from), bytes);
           }
         }
         cma_counts().segments += static_cast<int64_t>(n);
@@ -588,11 +637,32 @@ class MpiCommunicator final : public Communicator {
         }
       }
     };
+    // In one pass, in the order of the source: the own part, and what this member sends each
+    // member whose piece is mapped here. The others' parts go by the kernel.
+    copy_to_.assign(static_cast<size_t>(size_) + 1, nullptr);
+    copy_to_[0] = static_cast<char*>(recv);
+    for (int j = 0; j < size_; ++j) {
+      const int64_t* b = &cma_bases_[F * static_cast<size_t>(j)];
+      if (j == rank_ || x.writes[j].empty() || !mapped_by(j)) continue;
+      if (char* piece = PeerMappings::process().map(cma_pids_[j], SharedPlace{b[3], b[4], b[5], 0}))
+        copy_to_[j + 1] = piece + b[6];
+    }
+    copy_runs_.clear();
+    const char* source = static_cast<const char*>(send);
+    for (const auto& [d, k] : x.order) {
+      if (!copy_to_[d]) continue;
+      const CopySegment& g = d == 0 ? x.own[k] : x.writes[d - 1][k];
+      copy_runs_.push_back({copy_to_[d] + g.to, source + g.from, static_cast<size_t>(g.bytes)});
+      if (d > 0) ++cma_counts().peer_writes;
+    }
+    copy_runs(copy_runs_);
     for (int s = 1; s < size_ && failed == INT_MAX; ++s) {
       const int j = (rank_ + s) % size_;  // members work with different peers at once
-      copy(j, x.pulls[j], false);
-      copy(j, x.pushes[j], true);
+      if (!mapped_by(rank_)) copy(j, x.pulls[j], false);
+      if (x.writes[j].empty() || copy_to_[j + 1]) continue;
+      if (mapped_by(j) || x.pushed[j]) copy(j, x.writes[j], true);  // not mapped here: the kernel writes
     }
+    stream_fence();  // the streamed writes land before the all-reduce lets their owners read
 #else
     (void)recv;
     failed = world_ranks()[rank_];
@@ -656,9 +726,11 @@ class MpiCommunicator final : public Communicator {
   std::optional<bool> cma_usable_;    // cross-memory attach between the members: decided once
   bool cma_allowed_ = true;           // false when buffers may be device memory
   int64_t cma_prepared_ = 0;          // exchanges prepared for it, numbering them
-  std::vector<int64_t> cma_pids_, cma_bases_;  // each member's process id; its send buffer this call
+  std::vector<int64_t> cma_pids_, cma_bases_;  // each member's process id; its buffers this call
 #if defined(__linux__)
   std::vector<iovec> cma_local_, cma_remote_;  // one batch of segments, kept
+  std::vector<char*> copy_to_;        // this call: the own piece, then each member's piece mapped here (or null)
+  std::vector<CopyRun> copy_runs_;    // this call's copies in this process, kept
 #endif
 };
 

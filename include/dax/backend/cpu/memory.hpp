@@ -1,5 +1,6 @@
 // Host memory for the CPU backend: 64-byte aligned blocks behind the caching allocator; blocks of
-// 4 MiB and more are aligned to 2 MiB and asked to be backed by transparent huge pages.
+// 4 MiB and more are aligned to 2 MiB and asked to be backed by transparent huge pages. Receive
+// pieces of strided exchanges come from blocks the node's other processes can map.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #endif
 
 #include <dax/backend/buffer.hpp>
+#include <dax/comm/node_shared_memory.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail::cpu {
@@ -75,6 +77,17 @@ struct HostMemory {
 #endif
     std::free(p);
   }
+
+  /// A block the node's other processes can map (comm/node_shared_memory.hpp): a strided
+  /// exchange's receive piece, which the senders write into directly. Ordinary memory where the
+  /// system offers no such block.
+  void* allocate_shared(size_t bytes) {
+    if (void* p = NodeSharedBlocks::process().create(bytes)) return p;
+    return allocate(bytes);
+  }
+  void deallocate_shared(void* p, size_t bytes) {
+    if (!NodeSharedBlocks::process().destroy(p)) deallocate(p, bytes);
+  }
 };
 
 using HostAllocator = CachingAllocator<HostMemory>;
@@ -86,5 +99,8 @@ inline const std::shared_ptr<HostAllocator>& host_allocator() {
 }
 
 inline std::shared_ptr<Buffer> allocate(size_t bytes) { return make_buffer(host_allocator(), bytes); }
+
+/// A block the node's other processes can write into (see HostMemory::allocate_shared).
+inline std::shared_ptr<Buffer> allocate_for_peers(size_t bytes) { return make_shared_buffer(host_allocator(), bytes); }
 
 }  // namespace dax::detail::cpu
