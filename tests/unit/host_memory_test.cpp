@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 TEST_CASE("host blocks are aligned for their size", "[memory]") {
   dax::detail::cpu::HostMemory memory;
@@ -91,4 +93,37 @@ TEST_CASE("the caching allocator keeps shareable and ordinary blocks apart", "[m
   const int64_t made_shareable = blocks.find(shared, 1) ? 1 : 0;  // 0 where the system has no memfd
   allocator->release_cached();
   REQUIRE(blocks.live() == live - made_shareable);
+}
+
+TEST_CASE("peer mappings stay valid while in use, and trim keeps the most recent", "[memory]") {
+  // An exchange maps every peer's piece before it copies: with more peers than the cache keeps,
+  // no mapping it got may go away before trim(), called after its copies.
+  auto& blocks = dax::detail::NodeSharedBlocks::process();
+  auto& peers = dax::detail::PeerMappings::process();
+  const size_t count = dax::detail::PeerMappings::kKept + 5, bytes = 8192;
+  std::vector<void*> made;
+  std::vector<char*> mapped;
+  peers.trim(0);
+  const size_t kept_before = peers.kept();
+  for (size_t i = 0; i < count; ++i) {
+    void* p = blocks.create(bytes);
+    if (!p) break;
+    made.push_back(p);
+    static_cast<int*>(p)[7] = static_cast<int>(1000 + i);
+    auto place = *blocks.find(p, bytes);
+    place.offset = 0;
+    mapped.push_back(peers.map(getpid(), place));
+    REQUIRE(mapped.back() != nullptr);
+  }
+  if (made.size() < count) {
+    WARN("this system gave no shareable blocks (memfd); nothing to map");
+    for (void* p : made) blocks.destroy(p);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) REQUIRE(reinterpret_cast<int*>(mapped[i])[7] == static_cast<int>(1000 + i));
+  REQUIRE(peers.kept() == kept_before + count);
+  peers.trim(3);  // the last three used are kept, and kKept more
+  REQUIRE(peers.kept() == std::min(kept_before + count, 3 + dax::detail::PeerMappings::kKept));
+  for (size_t i = count - 3; i < count; ++i) REQUIRE(reinterpret_cast<int*>(mapped[i])[7] == static_cast<int>(1000 + i));
+  for (void* p : made) blocks.destroy(p);
 }

@@ -133,7 +133,8 @@ TEST_CASE("a region deeper than a record can describe says so", "[cma]") {
 TEST_CASE("copied in the order of their sources, several destinations get exactly their parts", "[cma]") {
   // A sender's block split among its own piece and peers' pieces (as an exchange that copies its
   // own part with the parts it writes into mapped peer pieces): all segments in source order, then
-  // copy_runs, small (plain copies) and past the streaming threshold (runs side by side).
+  // copy_runs, small (plain copies) and past the streaming threshold (streamed one after another:
+  // in source order each run's source follows on from the one before).
   std::mt19937 rng(11);
   for (const int64_t rows : {int64_t(37), int64_t(1500)}) {
     const int64_t cols = 1024, item = 4;  // rows of 4 KiB: the large case is 6 MiB
@@ -196,4 +197,27 @@ TEST_CASE("copy_runs streams runs read twice (two destinations of one source)", 
   dax::detail::stream_fence();
   REQUIRE(a == source);
   REQUIRE(b == source);
+}
+
+TEST_CASE("copy_runs streams runs spread over memory two side by side", "[cma]") {
+  // A column block of a row-major source (equal runs with gaps between them), past the streaming
+  // threshold: pairs of runs go side by side; an odd count leaves one run alone at the end. Every
+  // byte lands, the gaps of the destination stay untouched.
+  for (const int64_t rows : {int64_t(2601), int64_t(2600)}) {
+    const int64_t cols = 1024, first = 100, width = 509;  // 2,036-byte runs, off cache-line boundaries
+    std::vector<float> source(static_cast<size_t>(rows * cols)), to(source.size(), -3.f);
+    for (size_t i = 0; i < source.size(); ++i) source[i] = float(i % 65521) * 0.25f;
+    std::vector<dax::detail::CopyRun> runs;
+    for (int64_t r = 0; r < rows; ++r)
+      runs.push_back({reinterpret_cast<char*>(to.data() + r * cols + first),
+                      reinterpret_cast<const char*>(source.data() + r * cols + first), width * sizeof(float)});
+    REQUIRE(rows * width * int64_t(sizeof(float)) >= dax::detail::kStreamingCopyFrom);
+    dax::detail::copy_runs(runs);
+    dax::detail::stream_fence();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool inside = c >= first && c < first + width;
+        REQUIRE(to[r * cols + c] == (inside ? source[r * cols + c] : -3.f));
+      }
+  }
 }

@@ -1,12 +1,16 @@
 // The single-copy path of a strided region exchange between processes of one node: each pair's
-// region is copied straight from the sender's memory into the receiver's with Linux's cross-memory
-// attach (process_vm_readv by the receiver, or process_vm_writev by the sender), the runs of the
-// two regions as the two iovec lists. Why: a shared-memory MPI moves a derived datatype through copy-in/copy-out
-// fragments (two copies per byte), while it moves a contiguous message with one such kernel copy;
-// this gives strided regions (columns, blocks) that one copy too. Measured in docs/performance.md.
+// region is copied straight from the sender's memory into the receiver's, either by the sender
+// through its mapping of the receiver's piece (peer writes, comm/node_shared_memory.hpp), or with
+// Linux's cross-memory attach (process_vm_readv by the receiver, or process_vm_writev by the
+// sender), the runs of the two regions as the two iovec lists. Why: a shared-memory MPI moves a
+// derived datatype through copy-in/copy-out fragments (two copies per byte), while it moves a
+// contiguous message with one kernel copy; this gives strided regions (columns, blocks) that one
+// copy too, and peer writes keep it at streaming speed for short runs. Measured in
+// docs/performance.md.
 //
-// Only the geometry lives here (which byte ranges pair up); MpiCommunicator decides when to use
-// it, agrees on it over the group and runs the reads between two small collectives.
+// Only the geometry and the user-space copy live here (which byte ranges pair up, in what order
+// they are copied); MpiCommunicator decides when to use it, agrees on it over the group and runs
+// the copies between two small collectives.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +30,7 @@ struct CmaCounts {
   int64_t segments = 0;       // paired runs copied
   int64_t remote_iovecs = 0;  // the other process's side, after joining segments that follow on
   int64_t peer_writes = 0;    // segments written straight into another process's mapped piece
+  int64_t published = 0;      // calls in which this process's receive piece was offered to its senders
 };
 inline CmaCounts& cma_counts() {
   static CmaCounts counts;

@@ -92,14 +92,17 @@ class MpiRegionExchange final : public PreparedExchange {
 
   std::vector<MPI_Datatype> send_types, recv_types;
   std::vector<int> send_counts, recv_counts, displs;
-  // The same regions as runs; and, when the group agreed to copy them itself (cross-memory attach
-  // or peer writes), per member: `writes`, the segments of what this member sends it, paired with its receive
-  // region; written straight into its piece when that piece is mapped here (peer writes), else
-  // by process_vm_writev where `pushed` (the sender's side has more runs) or read by the receiver
-  // with process_vm_readv (`pulls`, the same pairing seen from the receiver).
+  // The same regions as runs; and, when the group agreed to copy them itself (peer writes or
+  // cross-memory attach), per member: `writes`, the segments of what this member sends it, paired
+  // with its receive region. Where the receiver published its piece (a shareable block), the
+  // sender writes them: through its mapping of the piece, or by process_vm_writev where it cannot
+  // map it. Otherwise the kernel copies them, written by the sender where `pushed` (its side has
+  // more runs) or read by the receiver with process_vm_readv (`pulls`, the same pairing seen from
+  // the receiver).
   std::vector<RegionRuns> send_runs, recv_runs;
   bool by_cma = false;
   bool peer_writes = false;  // this member's receive piece is to be mappable, for the senders to write
+  int64_t recv_bytes = 0;    // the receive piece's size
   std::vector<std::vector<CopySegment>> pulls, writes;
   std::vector<char> pushed;
   // The caller's own region, when the exchange copies it; and the copies it makes itself in the
@@ -281,6 +284,7 @@ class MpiCommunicator final : public Communicator {
                                                              const Box& recv_block, const std::vector<Box>& recv,
                                                              const Box& keep, int64_t item_bytes) override {
     auto x = std::make_unique<MpiRegionExchange>(send_block, send, recv_block, recv, rank_);
+    x->recv_bytes = numel(recv_block) * item_bytes;
     prepare_cma(*x, item_bytes);
     if (!x->by_cma) {
       x->build_types(send_block, send, recv_block, recv, rank_, item_bytes);
@@ -562,18 +566,21 @@ class MpiCommunicator final : public Communicator {
     x.by_cma = true;
   }
 
-  /// Runs `x` by cross-memory attach: every member's buffers for this call go round, each member
-  /// makes its reads and writes, and an all-reduce both holds every buffer until all copies are
-  /// done and tells every member whether they all went through.
+  /// Runs `x` by this group's own copies: every member's buffers for this call go round (and where
+  /// its receive piece can be mapped), each member copies its own part and writes into the pieces
+  /// it maps in one pass, then makes its kernel reads and writes; an all-reduce both holds every
+  /// buffer until all copies are done and tells every member whether they all went through.
   void cma_exchange(const MpiRegionExchange& x, const void* send, void* recv, Guard& guard) {
     // Per member: its buffers, the exchange's number, and where its receive piece lies if the
-    // others can map it (block number, memfd, length, offset; block -1 when they cannot).
-    constexpr int F = 7;
+    // others can map it (block number, memfd, length, inode, offset; block -1 when they cannot).
+    constexpr int F = 8;
     int64_t mine[F] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(send)),
-                       static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv)), x.id, -1, -1, 0, 0};
+                       static_cast<int64_t>(reinterpret_cast<uintptr_t>(recv)), x.id, -1, -1, 0, 0, 0};
     if (x.peer_writes)
-      if (const auto place = NodeSharedBlocks::process().find(recv, 1)) {
-        mine[3] = place->block, mine[4] = place->fd, mine[5] = place->length, mine[6] = place->offset;
+      if (const auto place = NodeSharedBlocks::process().find(recv, static_cast<size_t>(x.recv_bytes))) {
+        mine[3] = place->block, mine[4] = place->fd, mine[5] = place->length, mine[6] = place->inode;
+        mine[7] = place->offset;
+        ++cma_counts().published;
       }
     cma_bases_.resize(F * static_cast<size_t>(size_));
     guard.check(MPI_Allgather(mine, F, MPI_INT64_T, cma_bases_.data(), F, MPI_INT64_T, comm_),
@@ -585,10 +592,10 @@ class MpiCommunicator final : public Communicator {
         fail("strided exchange on ", group_text(), ": the members are not running the same exchange (world rank ",
              world_ranks()[j], " runs the one prepared as number ", cma_bases_[F * j + 2], ", world rank ",
              world_ranks()[rank_], " number ", x.id, "); the ranks diverged");
-    const auto mapped_by = [&](int j) { return cma_bases_[F * j + 3] >= 0; };  // j's piece is written by its senders
     int failed = INT_MAX;  // the lowest world rank whose copy failed
     ++cma_counts().exchanges;
 #if defined(__linux__)
+    const auto mapped_by = [&](int j) { return cma_bases_[F * j + 3] >= 0; };  // j's piece is written by its senders
     static constexpr size_t kIov = 1024;  // IOV_MAX on Linux
     cma_local_.resize(kIov);
     cma_remote_.resize(kIov);
@@ -638,14 +645,16 @@ class MpiCommunicator final : public Communicator {
       }
     };
     // In one pass, in the order of the source: the own part, and what this member sends each
-    // member whose piece is mapped here. The others' parts go by the kernel.
+    // member whose piece is mapped here. The others' parts go by the kernel: a published piece
+    // this member cannot map (or will not: DAX_PEER_WRITES=0 here) is written by the kernel.
     copy_to_.assign(static_cast<size_t>(size_) + 1, nullptr);
     copy_to_[0] = static_cast<char*>(recv);
-    for (int j = 0; j < size_; ++j) {
+    size_t mapped = 0;
+    for (int j = 0; j < size_ && peer_writes_enabled(); ++j) {
       const int64_t* b = &cma_bases_[F * static_cast<size_t>(j)];
       if (j == rank_ || x.writes[j].empty() || !mapped_by(j)) continue;
-      if (char* piece = PeerMappings::process().map(cma_pids_[j], SharedPlace{b[3], b[4], b[5], 0}))
-        copy_to_[j + 1] = piece + b[6];
+      if (char* piece = PeerMappings::process().map(cma_pids_[j], SharedPlace{b[3], b[4], b[5], b[6], 0}))
+        copy_to_[j + 1] = piece + b[7], ++mapped;
     }
     copy_runs_.clear();
     const char* source = static_cast<const char*>(send);
@@ -656,6 +665,7 @@ class MpiCommunicator final : public Communicator {
       if (d > 0) ++cma_counts().peer_writes;
     }
     copy_runs(copy_runs_);
+    PeerMappings::process().trim(mapped);  // this call's mappings are the most recent: kept
     for (int s = 1; s < size_ && failed == INT_MAX; ++s) {
       const int j = (rank_ + s) % size_;  // members work with different peers at once
       if (!mapped_by(rank_)) copy(j, x.pulls[j], false);

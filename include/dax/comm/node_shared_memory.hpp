@@ -6,8 +6,10 @@
 // (docs/performance.md, "Host memory and the copies of a reshard").
 //
 // Each block is its own memfd (Linux), mapped shared. A peer maps it by opening the owner's
-// /proc/<pid>/fd/<fd> (the same permission as cross-memory attach) and keeps the mapping in a
-// small cache keyed by (process, block number); block numbers are never reused within a process.
+// /proc/<pid>/fd/<fd> (ptrace read permission, which Yama does not restrict: wherever cross-memory
+// attach works, this does), checks that the file it opened is the block (inode and size), and
+// keeps the mapping in a small cache keyed by (process, block number); block numbers are never
+// reused within a process.
 // When the owner gives a block back to the system it punches the file empty first, so a peer's
 // stale mapping holds no memory, only address space, until the cache lets it go. Only the
 // exchange's receive pieces come from here (the backend's allocator asks for them): shared memory
@@ -29,6 +31,7 @@
 #if defined(__linux__)
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #endif
 
@@ -49,6 +52,7 @@ struct SharedPlace {
   int64_t block = 0;   // the block's number in this process (never reused)
   int64_t fd = -1;     // its memfd here
   int64_t length = 0;  // its mapped length
+  int64_t inode = 0;   // its file's inode, which a peer checks after opening it
   int64_t offset = 0;  // of the pointer from the block's start
 };
 
@@ -66,12 +70,21 @@ class NodeSharedBlocks {
 #if defined(__linux__) && defined(MFD_CLOEXEC)
     {
       std::lock_guard lock(mutex_);
-      if (blocks_.size() >= kMostBlocks) return nullptr;
+      if (blocks_.size() + being_made_ >= kMostBlocks) return nullptr;
+      ++being_made_;
     }
+    struct Done {  // the slot taken above, given up however this returns
+      NodeSharedBlocks& self;
+      ~Done() {
+        std::lock_guard lock(self.mutex_);
+        --self.being_made_;
+      }
+    } done{*this};
     const size_t length = (bytes + kPage - 1) / kPage * kPage;
     const int fd = memfd_create("dax-host-block", MFD_CLOEXEC);
     if (fd < 0) return nullptr;
-    if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    struct stat file {};
+    if (ftruncate(fd, static_cast<off_t>(length)) != 0 || fstat(fd, &file) != 0) {
       close(fd);
       return nullptr;
     }
@@ -83,7 +96,8 @@ class NodeSharedBlocks {
       return nullptr;
     }
     std::lock_guard lock(mutex_);
-    blocks_[reinterpret_cast<uintptr_t>(p)] = {++made_, fd, static_cast<int64_t>(length), 0};
+    blocks_[reinterpret_cast<uintptr_t>(p)] = {++made_, fd, static_cast<int64_t>(length),
+                                               static_cast<int64_t>(file.st_ino), 0};
     return p;
 #else
     (void)bytes;
@@ -139,24 +153,27 @@ class NodeSharedBlocks {
   static constexpr size_t kMostBlocks = 256;
   mutable std::mutex mutex_;
   std::map<uintptr_t, SharedPlace> blocks_;  // by start address; offset unused here
+  size_t being_made_ = 0;                    // slots taken by create() calls under way
   int64_t made_ = 0;
 };
 
 /// Other processes' shareable blocks mapped into this one, most recently used first. A block is
 /// mapped on its first use and kept: the caching allocators on both sides reuse blocks, so a loop
-/// of the same exchanges maps nothing after its first step.
+/// of the same exchanges maps nothing after its first step. map() never unmaps (an exchange holds
+/// the pointers it got until its copies are done); trim() does, after them.
 class PeerMappings {
  public:
-  static constexpr size_t kKept = 64;  // mappings kept; older ones are unmapped
+  static constexpr size_t kKept = 64;  // mappings kept past trim(), beyond those last used
 
   static PeerMappings& process() {
     static auto* mappings = new PeerMappings();
     return *mappings;
   }
 
-  /// The start of process `pid`'s block `block` (its memfd `fd` there, `length` bytes) in this
-  /// process, or nullptr when it cannot be mapped (the caller copies another way). Only called
-  /// while the owner keeps the block alive and `fd` open (inside an exchange it takes part in).
+  /// The start of process `pid`'s block (`place`: its number, its memfd there, length and inode)
+  /// in this process, or nullptr when it cannot be mapped (the caller copies another way). Only
+  /// called while the owner keeps the block alive and its memfd open (inside an exchange it takes
+  /// part in).
   char* map(int64_t pid, const SharedPlace& place) {
 #if defined(__linux__)
     std::lock_guard lock(mutex_);
@@ -169,16 +186,15 @@ class PeerMappings {
     const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(place.fd);
     const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) return nullptr;
-    void* p = mmap(nullptr, static_cast<size_t>(place.length), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                   fd, 0);
+    // The file must be the block: a /proc of another pid namespace could name another process.
+    struct stat file {};
+    void* p = MAP_FAILED;
+    if (fstat(fd, &file) == 0 && static_cast<int64_t>(file.st_ino) == place.inode && file.st_size >= place.length)
+      p = mmap(nullptr, static_cast<size_t>(place.length), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);  // the mapping keeps the file
     if (p == MAP_FAILED) return nullptr;
     kept_.push_front({key, static_cast<char*>(p), static_cast<size_t>(place.length)});
     ++made_;
-    if (kept_.size() > kKept) {
-      munmap(kept_.back().start, kept_.back().length);
-      kept_.pop_back();
-    }
     return kept_.front().start;
 #else
     (void)pid, (void)place;
@@ -186,7 +202,25 @@ class PeerMappings {
 #endif
   }
 
+  /// Unmaps the least recently used mappings beyond the `in_use` most recent ones (what the
+  /// caller has just used) and kKept more.
+  void trim(size_t in_use) {
+#if defined(__linux__)
+    std::lock_guard lock(mutex_);
+    while (kept_.size() > in_use + kKept) {
+      munmap(kept_.back().start, kept_.back().length);
+      kept_.pop_back();
+    }
+#else
+    (void)in_use;
+#endif
+  }
+
   int64_t made() const { return made_; }  // mappings made so far (for tests)
+  size_t kept() const {
+    std::lock_guard lock(mutex_);
+    return kept_.size();
+  }
 
  private:
   using Key = std::pair<int64_t, int64_t>;
@@ -195,7 +229,7 @@ class PeerMappings {
     char* start;
     size_t length;
   };
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::list<Mapping> kept_;
   int64_t made_ = 0;
 };

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -95,6 +96,8 @@ inline void stream_copy_side_by_side(char* const* dst, const char* const* src, i
 inline void stream_fence() {
 #if defined(__SSE2__)
   _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
 }
 
