@@ -99,19 +99,17 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
       if (shared) return raw_.allocate_shared(size);
     return raw_.allocate(size);
   }
+  void raw_deallocate(void* p, size_t size, bool shared) {
+    if constexpr (requires(Raw& r) { r.deallocate_shared(p, size); })
+      if (shared) return raw_.deallocate_shared(p, size);
+    raw_.deallocate(p, size);
+  }
 
   void release_cached_locked() {
     for (auto& [key, list] : free_) {
       const auto [shared, size] = key;
       for (void* p : list) {
-        if constexpr (requires(Raw& r) { r.deallocate_shared(p, size); }) {
-          if (shared)
-            raw_.deallocate_shared(p, size);
-          else
-            raw_.deallocate(p, size);
-        } else {
-          raw_.deallocate(p, size);
-        }
+        raw_deallocate(p, size, shared);
         ++stats_.system_frees;
       }
       stats_.bytes_cached -= static_cast<int64_t>(size * list.size());

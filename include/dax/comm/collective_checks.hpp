@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include <dax/core/env.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail {
@@ -41,7 +42,7 @@ inline CollectiveChecks read_collective_checks() {
     c.fingerprints = *v != 0 && std::strcmp(v, "0") != 0;
     c.light = false;
   }
-  if (const char* v = std::getenv("DAX_CHECK_BOARD"); v && std::strcmp(v, "0") == 0) c.board = false;
+  if (env_turned_off("DAX_CHECK_BOARD")) c.board = false;
   if (const char* v = std::getenv("DAX_TIMEOUT_S")) {
     char* end = nullptr;
     const double t = std::strtod(v, &end);

@@ -30,6 +30,7 @@
 #include <dax/comm/mpi_check.hpp>
 #include <dax/comm/mpi_float16.hpp>
 #include <dax/comm/node_shared_memory.hpp>
+#include <dax/core/env.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail {
@@ -105,15 +106,14 @@ class MpiRegionExchange final : public PreparedExchange {
   int64_t recv_bytes = 0;    // the receive piece's size
   std::vector<std::vector<CopySegment>> pulls, writes;
   std::vector<char> pushed;
-  // The caller's own region, when the exchange copies it; and the copies it makes itself in the
-  // order of their sources: (0, k) is own[k], (j + 1, k) writes[j][k].
+  // The caller's own region, when the exchange copies it (empty: the caller does); and the copies
+  // it makes itself in the order of their sources: (0, k) is own[k], (j + 1, k) writes[j][k].
   std::vector<CopySegment> own;
-  bool copies_own = false;
   std::vector<std::pair<int, int64_t>> order;
   int64_t id = 0;  // its number among the exchanges prepared on the communicator (the same on every member)
 
   bool receives_from_peer_writes() const override { return peer_writes; }
-  bool copies_own_part() const override { return copies_own; }
+  bool copies_own_part() const override { return !own.empty(); }
 
  private:
   void add(const Box& block, const Box& region, std::vector<MPI_Datatype>& types, std::vector<int>& counts,
@@ -290,10 +290,7 @@ class MpiCommunicator final : public Communicator {
       x->build_types(send_block, send, recv_block, recv, rank_, item_bytes);
       return x;
     }
-    if (!keep.empty() && numel(keep) > 0) {
-      x->own = pair_runs(RegionRuns(send_block, keep), RegionRuns(recv_block, keep), item_bytes);
-      x->copies_own = true;
-    }
+    if (!keep.empty()) x->own = pair_runs(RegionRuns(send_block, keep), RegionRuns(recv_block, keep), item_bytes);
     std::vector<const std::vector<CopySegment>*> lists{&x->own};
     for (const auto& w : x->writes) lists.push_back(&w);
     x->order = in_source_order(lists);
@@ -444,12 +441,7 @@ class MpiCommunicator final : public Communicator {
   /// once, on the group's first large strided exchange.
   bool cma_usable() {
     if (cma_usable_) return *cma_usable_;
-    int ok = 1;
-    const bool turned_off = [] {
-      const char* v = std::getenv("DAX_CMA");
-      return v && std::strcmp(v, "0") == 0;
-    }();
-    if (turned_off) ok = 0;
+    int ok = env_turned_off("DAX_CMA") ? 0 : 1;
 #if !defined(__linux__)
     ok = 0;
 #endif

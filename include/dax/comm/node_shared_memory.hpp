@@ -35,15 +35,14 @@
 #include <unistd.h>
 #endif
 
+#include <dax/core/env.hpp>
+
 namespace dax::detail {
 
 /// Whether exchanges may write into peers' receive pieces through shared mappings: on unless
 /// DAX_PEER_WRITES=0 (then strided exchanges on a node keep the kernel copy). Read once.
 inline bool peer_writes_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DAX_PEER_WRITES");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool enabled = !env_turned_off("DAX_PEER_WRITES");
   return enabled;
 }
 

@@ -15,6 +15,7 @@
 
 #include <dax/backend/buffer.hpp>
 #include <dax/comm/node_shared_memory.hpp>
+#include <dax/core/env.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail::cpu {
@@ -28,10 +29,7 @@ namespace dax::detail::cpu {
 /// pieces also take fewer TLB misses. No memory is added: the block is mapped on its own, starting
 /// on a 2 MiB boundary, and is as long as what was asked for (rounded to 4 KiB).
 inline bool huge_pages_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DAX_HUGE_PAGES");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool enabled = !env_turned_off("DAX_HUGE_PAGES");
   return enabled;
 }
 
