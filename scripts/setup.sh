@@ -3,7 +3,7 @@
 set -euo pipefail
 DAX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DAX_BUILD=${DAX_BUILD:-$DAX_ROOT/build}
-packages="openmpi-bin libopenmpi-dev catch2 libeigen3-dev libopenblas-dev clang libclang-rt-dev python3-numpy"
+packages="openmpi-bin libopenmpi-dev catch2 libeigen3-dev libopenblas-dev clang libclang-rt-dev python3-numpy ccache"
 
 missing=""
 command -v mpicxx >/dev/null 2>&1 || missing="yes"
@@ -15,6 +15,7 @@ command -v mpiexec >/dev/null 2>&1 || missing="yes"
 # clang and its libFuzzer runtime, for scripts/fuzz.sh.
 command -v clang++ >/dev/null 2>&1 || missing="yes"
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a" >/dev/null || missing="yes"
+command -v ccache >/dev/null 2>&1 || missing="yes"
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "dax: installing $packages"
@@ -28,5 +29,12 @@ if [ -n "$missing" ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# ccache, when installed, with paths taken relative to the checkout: a clean clone in another
+# folder reuses what an earlier build compiled (DAX_CCACHE=0 turns it off). CI holds its time
+# limit with an empty cache too (docs/building.md).
+if [ "${DAX_CCACHE:-1}" != "0" ] && command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$DAX_ROOT" CCACHE_NOHASHDIR=1
+  DAX_CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache ${DAX_CMAKE_ARGS:-}"
+fi
 cmake -S "$DAX_ROOT" -B "$DAX_BUILD" -DCMAKE_BUILD_TYPE=Release ${DAX_CMAKE_ARGS:-} >/dev/null
 cmake --build "$DAX_BUILD" -j "$jobs" ${DAX_TARGETS:+--target $DAX_TARGETS}

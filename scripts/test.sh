@@ -6,11 +6,25 @@
 # bounded libFuzzer run on the sharding model and planner (scripts/fuzz.sh, build-fuzz/);
 # DAX_SKIP_SANITIZERS=1 leaves those two out.
 set -euo pipefail
+# Each stage's wall time, printed at the end (docs/building.md keeps CI under 30 minutes).
+stages=()
+stage_start=$SECONDS
+stage_done() { stages+=("$(printf '%-28s %5d s' "$1" $((SECONDS - stage_start)))"); stage_start=$SECONDS; }
+print_stages() {
+  echo "dax: stage times"
+  for s in "${stages[@]}"; do echo "  $s"; done
+  echo "  $(printf '%-28s %5d s' total $SECONDS)"
+}
+trap print_stages EXIT
 # CI's check that the tree builds with no warning (docs/building.md): -Werror on dax's own targets.
 DAX_CMAKE_ARGS="-DDAX_WARNINGS_AS_ERRORS=ON ${DAX_CMAKE_ARGS:-}"
 source "$(dirname "$0")/setup.sh"
+stage_done "setup and build"
 (cd "$DAX_BUILD" && ctest --output-on-failure --timeout 900)
+stage_done "ctest"
 if [ "${DAX_SKIP_SANITIZERS:-0}" != "1" ]; then
   "$DAX_ROOT/scripts/sanitize.sh"
+  stage_done "ASan + UBSan build and run"
   "$DAX_ROOT/scripts/fuzz.sh"
+  stage_done "fuzzer build and run"
 fi

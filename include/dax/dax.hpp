@@ -45,3 +45,9 @@
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/optim/optim.hpp>
 #include <dax/nn/nn.hpp>
+
+// Compiled mode: a program built through CMake's dax::dax finds the ops for the common element types
+// already compiled in dax's library (docs/building.md); nvcc builds (the CUDA backend) never do.
+#if defined(DAX_COMPILED_LIBRARY) && !defined(DAX_HAS_CUDA)
+#include <dax/compiled/extern_templates.hpp>
+#endif

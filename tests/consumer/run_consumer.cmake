@@ -1,4 +1,4 @@
-# Installs dax into a scratch prefix, configures and builds tests/consumer against it, and runs
+# Installs dax (from BINARY_DIR, the build tree) into a scratch prefix, configures and builds tests/consumer against it, and runs
 # the result on 2 ranks. Invoked by ctest with SOURCE_DIR, WORK_DIR and MPIEXEC.
 # It also checks what dax::dax brings by default: OpenBLAS, one thread per rank unless
 # OPENBLAS_NUM_THREADS says otherwise, and Eigen's own GEMM with DAX_USE_BLAS=OFF.
@@ -27,9 +27,8 @@ unset(ENV{OMP_NUM_THREADS})
 set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
 set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
 
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/dax -DDAX_BUILD_TESTS=OFF -DDAX_BUILD_EXAMPLES=OFF
-    -DDAX_BUILD_BENCHMARKS=OFF -DDAX_ENABLE_CUDA=OFF -DCMAKE_INSTALL_PREFIX=${prefix})
-run(${CMAKE_COMMAND} --install ${WORK_DIR}/dax)
+# The package installed from the build tree running this test: its compiled library is built already.
+run(${CMAKE_COMMAND} --install ${BINARY_DIR} --prefix ${prefix})
 # A user's build is quiet: g++ -O2 -Wall -Wextra with -Werror (docs/building.md#warnings).
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix}
     "-DCMAKE_CXX_FLAGS=-O2 -Wall -Wextra -Werror")
@@ -52,9 +51,19 @@ run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer_noblas)
 run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer_noblas/consumer)
 expect("blas: none threads=1 config=\n" "installed package, DAX_USE_BLAS=OFF")
 
-# The same project taking dax with add_subdirectory (dax's tests, examples and benchmarks stay off).
+# The same project taking dax with add_subdirectory (dax's tests, examples and benchmarks stay off),
+# header-only (DAX_HEADER_ONLY=ON): compiling dax's library once more here would cost CI minutes,
+# and dax's own build takes dax::dax compiled the add_subdirectory way already.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/consumer_subdir -DDAX_SOURCE=${SOURCE_DIR}
-    -DDAX_ENABLE_CUDA=OFF)
+    -DDAX_ENABLE_CUDA=OFF -DDAX_HEADER_ONLY=ON)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer_subdir)
 run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer_subdir/consumer)
 expect("blas: OpenBLAS threads=1 config=OpenBLAS" "add_subdirectory, default BLAS")
+
+# Header-only use with no CMake at all (docs/building.md): the README's one compiler line, then a
+# run on 2 ranks.
+find_program(MPICXX mpicxx REQUIRED)
+run(${MPICXX} -std=c++20 -O0 -I${SOURCE_DIR}/include -I/usr/include/eigen3 ${SOURCE_DIR}/tests/consumer/main.cpp
+    -o ${WORK_DIR}/consumer_header_only)
+run(${MPIEXEC} -n 2 --oversubscribe --bind-to none ${WORK_DIR}/consumer_header_only)
+expect("consumer ok" "header-only, mpicxx -I include")

@@ -6,6 +6,8 @@
 #include "../common/simulate.hpp"
 #include "helpers.hpp"
 
+#include <dax/comm/cma_exchange.hpp>  // dax::detail::cma_counts, an internal counter
+
 #include <cstdlib>
 #include <string>
 

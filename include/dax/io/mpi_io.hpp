@@ -11,7 +11,7 @@
 
 #include <dax/comm/communicator.hpp>
 #include <dax/comm/mpi_check.hpp>
-#include <dax/comm/mpi_communicator.hpp>
+#include <dax/core/compiled_mode.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/shape.hpp>
 #include <dax/sharding/named_sharding.hpp>
@@ -26,11 +26,7 @@ inline std::string mpi_error_text(int code) {
 }
 
 /// The MPI communicator MPI-IO opens the group's files on (under a GPU transport too).
-inline MPI_Comm native_comm(Communicator& c) {
-  auto* mpi = dynamic_cast<MpiCommunicator*>(&c.host());
-  DAX_CHECK(mpi != nullptr, "checkpoint: the mesh's communicator has no MPI communicator underneath");
-  return mpi->native();
-}
+DAX_OUTLINE MPI_Comm native_comm(Communicator& c);
 
 /// An open MPI file. Closing is collective, so it is only ever explicit: a handle still open when
 /// this goes away (some ranks failed to open it) is left open rather than risk a hang.
@@ -125,3 +121,18 @@ void make_view(PieceView& v, const char* op, const Shape& shape, const Box& box,
 }
 
 }  // namespace dax::detail::checkpoint
+
+#if DAX_HEADER_DEFINITIONS
+#include <dax/comm/mpi_communicator.hpp>
+
+namespace dax::detail::checkpoint {
+
+/// The MPI communicator MPI-IO opens the group's files on (under a GPU transport too).
+DAX_OUTLINE MPI_Comm native_comm(Communicator& c) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&c.host());
+  DAX_CHECK(mpi != nullptr, "checkpoint: the mesh's communicator has no MPI communicator underneath");
+  return mpi->native();
+}
+
+}  // namespace dax::detail::checkpoint
+#endif

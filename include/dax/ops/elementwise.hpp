@@ -217,43 +217,79 @@ DistArray<T> scalar_op(const char* name, Linearity linearity, F f, const DistArr
 
 }  // namespace detail
 
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator+(const DistArray<T>& a, S s) {
-  return detail::scalar_op("add", detail::Linearity::none, detail::fn::BindRight<detail::fn::Add, T>{T(s)}, a,
-                           [](const auto& g, const auto&, const auto&) { return g; });
+// The scalar is converted to T first (as the kernels always did), so each op below is one
+// function template of T alone: the operators are one-line wrappers, and a compiled build
+// instantiates these once per element type (compiled/instantiations.hpp).
+namespace detail {
+
+template <class T>
+DistArray<T> add_scalar(const DistArray<T>& a, T s) {
+  return scalar_op("add", Linearity::none, fn::BindRight<fn::Add, T>{s}, a,
+                   [](const auto& g, const auto&, const auto&) { return g; });
 }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator+(S s, const DistArray<T>& a) { return a + s; }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator-(const DistArray<T>& a, S s) {
-  return detail::scalar_op("subtract", detail::Linearity::none, detail::fn::BindRight<detail::fn::Subtract, T>{T(s)},
-                           a, [](const auto& g, const auto&, const auto&) { return g; });
+template <class T>
+DistArray<T> subtract_scalar(const DistArray<T>& a, T s) {
+  return scalar_op("subtract", Linearity::none, fn::BindRight<fn::Subtract, T>{s}, a,
+                   [](const auto& g, const auto&, const auto&) { return g; });
 }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator-(S s, const DistArray<T>& a) {
-  return detail::scalar_op("subtract", detail::Linearity::none, detail::fn::BindLeft<detail::fn::Subtract, T>{T(s)},
-                           a, [](const auto& g, const auto&, const auto&) { return neg(g); });
+template <class T>
+DistArray<T> scalar_subtract(T s, const DistArray<T>& a) {
+  return scalar_op("subtract", Linearity::none, fn::BindLeft<fn::Subtract, T>{s}, a,
+                   [](const auto& g, const auto&, const auto&) { return neg(g); });
 }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator*(const DistArray<T>& a, S s) {  // exact on partial sums: stays unreduced
-  return detail::scalar_op("multiply", detail::Linearity::scaling, detail::fn::BindRight<detail::fn::Multiply, T>{T(s)},
-                           a, [s](const auto& g, const auto&, const auto&) { return g * s; });
+template <class T>
+DistArray<T> multiply_scalar(const DistArray<T>& a, T s) {  // exact on partial sums: stays unreduced
+  return scalar_op("multiply", Linearity::scaling, fn::BindRight<fn::Multiply, T>{s}, a,
+                   [s](const auto& g, const auto&, const auto&) { return multiply_scalar(g, s); });
 }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator*(S s, const DistArray<T>& a) { return a * s; }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator/(const DistArray<T>& a, S s) {
-  return detail::scalar_op("divide", division_linearity<T>, detail::fn::BindRight<detail::fn::Divide, T>{T(s)}, a,
-                           [s](const auto& g, const auto&, const auto&) { return g / s; });
+template <class T>
+DistArray<T> divide_scalar(const DistArray<T>& a, T s) {
+  return scalar_op("divide", division_linearity<T>, fn::BindRight<fn::Divide, T>{s}, a,
+                   [s](const auto& g, const auto&, const auto&) { return divide_scalar(g, s); });
 }
-template <class T, class S> requires Scalar<T, S>
-DistArray<T> operator/(S s, const DistArray<T>& a) {  // d(s/a) = -g s / a^2
-  return detail::scalar_op("divide", detail::Linearity::none, detail::fn::BindLeft<detail::fn::Divide, T>{T(s)}, a,
-                           [s](const auto& g, const auto& x, const auto&) {
-                             const auto numerator = full<T>(Shape{}, T(s), NamedSharding(x.sharding().mesh(), P()));
-                             return detail::map<T>(detail::Linearity::scaling, detail::fn::DivideGradB{}, g, numerator, x);
-                           });
+template <class T>
+DistArray<T> scalar_divide(T s, const DistArray<T>& a) {  // d(s/a) = -g s / a^2
+  return scalar_op("divide", Linearity::none, fn::BindLeft<fn::Divide, T>{s}, a,
+                   [s](const auto& g, const auto& x, const auto&) {
+                     const auto numerator = full<T>(Shape{}, s, NamedSharding(x.sharding().mesh(), P()));
+                     return map<T>(Linearity::scaling, fn::DivideGradB{}, g, numerator, x);
+                   });
 }
+template <class T>
+DistArray<T> maximum_scalar(const DistArray<T>& a, T s) {
+  return scalar_op("maximum", Linearity::none, fn::BindRight<fn::Maximum, T>{s}, a,
+                   [s](const auto& g, const auto& x, const auto&) {
+                     const auto bound = full<T>(Shape{}, s, NamedSharding(x.sharding().mesh(), P()));
+                     return map<T>(Linearity::scaling, fn::MaximumGradA{}, g, x, bound);
+                   });
+}
+template <class T>
+DistArray<T> minimum_scalar(const DistArray<T>& a, T s) {
+  return scalar_op("minimum", Linearity::none, fn::BindRight<fn::Minimum, T>{s}, a,
+                   [s](const auto& g, const auto& x, const auto&) {
+                     const auto bound = full<T>(Shape{}, s, NamedSharding(x.sharding().mesh(), P()));
+                     return map<T>(Linearity::scaling, fn::MinimumGradA{}, g, x, bound);
+                   });
+}
+
+}  // namespace detail
+
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator+(const DistArray<T>& a, S s) { return detail::add_scalar(a, T(s)); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator+(S s, const DistArray<T>& a) { return detail::add_scalar(a, T(s)); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator-(const DistArray<T>& a, S s) { return detail::subtract_scalar(a, T(s)); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator-(S s, const DistArray<T>& a) { return detail::scalar_subtract(T(s), a); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator*(const DistArray<T>& a, S s) { return detail::multiply_scalar(a, T(s)); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator*(S s, const DistArray<T>& a) { return detail::multiply_scalar(a, T(s)); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator/(const DistArray<T>& a, S s) { return detail::divide_scalar(a, T(s)); }
+template <class T, class S> requires Scalar<T, S>
+DistArray<T> operator/(S s, const DistArray<T>& a) { return detail::scalar_divide(T(s), a); }
 template <class T, class S> requires Scalar<T, S>
 DistArray<T> pow(const DistArray<T>& a, S s) {  // g s a^(s-1)
   return detail::scalar_op("pow", detail::Linearity::none, detail::fn::BindRight<detail::fn::Pow, T>{T(s)}, a,
@@ -263,21 +299,9 @@ DistArray<T> pow(const DistArray<T>& a, S s) {  // g s a^(s-1)
                            });
 }
 template <class T, class S> requires Scalar<T, S>
-DistArray<T> maximum(const DistArray<T>& a, S s) {
-  return detail::scalar_op("maximum", detail::Linearity::none, detail::fn::BindRight<detail::fn::Maximum, T>{T(s)}, a,
-                           [s](const auto& g, const auto& x, const auto&) {
-                             const auto bound = full<T>(Shape{}, T(s), NamedSharding(x.sharding().mesh(), P()));
-                             return detail::map<T>(detail::Linearity::scaling, detail::fn::MaximumGradA{}, g, x, bound);
-                           });
-}
+DistArray<T> maximum(const DistArray<T>& a, S s) { return detail::maximum_scalar(a, T(s)); }
 template <class T, class S> requires Scalar<T, S>
-DistArray<T> minimum(const DistArray<T>& a, S s) {
-  return detail::scalar_op("minimum", detail::Linearity::none, detail::fn::BindRight<detail::fn::Minimum, T>{T(s)}, a,
-                           [s](const auto& g, const auto& x, const auto&) {
-                             const auto bound = full<T>(Shape{}, T(s), NamedSharding(x.sharding().mesh(), P()));
-                             return detail::map<T>(detail::Linearity::scaling, detail::fn::MinimumGradA{}, g, x, bound);
-                           });
-}
+DistArray<T> minimum(const DistArray<T>& a, S s) { return detail::minimum_scalar(a, T(s)); }
 
 // ---- comparisons with a scalar, either side: DistArray<bool>, no gradient (like the array
 // comparisons: a boolean result ends the gradient path, it does not stop a loss that uses one) ----

@@ -5,15 +5,8 @@
 
 #include <mpi.h>
 
-#include <cxxabi.h>
-
 #include <algorithm>
-#include <chrono>
-
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <functional>
@@ -23,8 +16,9 @@
 #include <vector>
 
 #include <dax/backend/choice.hpp>
-#include <dax/backend/cpu/blas.hpp>
-#include <dax/comm/mpi_communicator.hpp>
+#include <dax/backend/cpu/blas.hpp>  // dax::blas_info, public
+#include <dax/comm/communicator.hpp>
+#include <dax/core/compiled_mode.hpp>
 #include <dax/core/error.hpp>
 #include <dax/runtime/group_table.hpp>
 #include <dax/sharding/mesh.hpp>
@@ -39,6 +33,10 @@ namespace dax {
 class Runtime;
 
 namespace detail {
+class MpiCommunicator;  // comm/mpi_communicator.hpp
+class Watchdog;         // comm/collective_checks.hpp
+class CallBoard;        // comm/call_board.hpp
+
 inline Runtime*& current_runtime() {
   static Runtime* rt = nullptr;
   return rt;
@@ -59,29 +57,7 @@ inline std::terminate_handler& previous_terminate() {
   return previous;
 }
 
-[[noreturn]] inline void on_terminate() {
-  if (std::exception_ptr e = std::current_exception()) {
-    std::string what;
-    try {
-      std::rethrow_exception(e);
-    } catch (const Error& error) {
-      what = error.what();
-      if (what.rfind("dax: ", 0) == 0) what.erase(0, 5);
-    } catch (const std::exception& error) {
-      const std::type_info* type = abi::__cxa_current_exception_type();
-      int status = 0;
-      char* name = type ? abi::__cxa_demangle(type->name(), nullptr, nullptr, &status) : nullptr;
-      what = cat("uncaught ", name && status == 0 ? name : (type ? type->name() : "exception"), ": ", error.what());
-      std::free(name);
-    } catch (...) {
-      const std::type_info* type = abi::__cxa_current_exception_type();
-      what = cat("uncaught exception of type ", type ? type->name() : "unknown", " (not a std::exception)");
-    }
-    abort_job(cat("dax: rank ", report_rank(), ": ", what), 1);
-  }
-  if (std::terminate_handler previous = previous_terminate()) previous();
-  std::abort();
-}
+[[noreturn]] DAX_OUTLINE void on_terminate();
 }  // namespace detail
 
 class Runtime {
@@ -89,36 +65,7 @@ class Runtime {
   Runtime() : Runtime(nullptr, nullptr) {}
   Runtime(int& argc, char**& argv) : Runtime(&argc, &argv) {}
 
-  ~Runtime() {
-    leave("returned from main: its dax::Runtime was destroyed");
-    detail::finish_in_flight();  // before the communicators and plans those calls use go
-    for (auto& hook : shutdown_hooks_) hook();
-    groups_.clear();
-#if DAX_CUDA_BACKEND
-    if (backend_ == Backend::cuda) {  // device memory and the stream go before the context does
-      try {
-        detail::cuda::device_allocator()->release_cached();
-        detail::cuda::pinned_allocator()->release_cached();
-        detail::cuda::context().shutdown();
-      } catch (const std::exception& e) {  // a destructor must not throw: report a faulted device
-        std::fprintf(stderr, "dax: shutting the CUDA backend down failed: %s\n", e.what());
-      }
-    }
-#endif
-    detail::active_backend() = Backend::cpu;
-    world_.reset();
-    detail::job_call_board() = nullptr;
-    board_.reset();
-    detail::job_watchdog() = nullptr;
-    watchdog_.reset();
-    if (previous_terminate_set_) std::set_terminate(detail::previous_terminate());
-    if (owns_mpi_) {
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized) MPI_Finalize();
-    }
-    detail::current_runtime() = nullptr;
-  }
+  ~Runtime();
 
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -143,40 +90,13 @@ class Runtime {
   }
 
   /// Throws unless every device of `mesh` is a rank of the world.
-  void check_mesh(const Mesh& mesh) const {
-    const int largest = mesh.largest_device();
-    DAX_CHECK(largest < size_, to_string(mesh), " needs ", mesh.size(), " devices (ids up to ",
-              largest, ") but the world has ", size_, " rank", size_ == 1 ? "" : "s",
-              ": launch with mpirun -np ", largest + 1, " or use a smaller mesh");
-  }
+  void check_mesh(const Mesh& mesh) const;
 
   /// This rank's communicator over the mesh axes `axes`: the devices that share its coordinates on
   /// every other axis, ranked by their coordinates on `axes`, axes[0] major (so a shard_map
   /// collective over ('model', 'data') ranks members in that order).
   /// Collective over those devices the first time; cached after.
-  detail::Communicator& group(const Mesh& mesh, const std::vector<int>& axes) {
-    if (auto* found = groups_.find(mesh, axes)) return **found;
-    check_mesh(mesh);
-    std::vector<int> members = members_of(mesh, axes);
-    MPI_Group world_group = MPI_GROUP_NULL, sub_group = MPI_GROUP_NULL;
-    detail::mpi_check(MPI_Comm_group(world_->native(), &world_group), "MPI_Comm_group");
-    detail::mpi_check(MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &sub_group),
-                      "MPI_Group_incl");
-    std::string name = "(";
-    for (size_t i = 0; i < axes.size(); ++i) name += (i ? ", '" : "'") + mesh.axis_names()[axes[i]] + "'";
-    name += axes.size() == 1 ? ",)" : ")";
-    MPI_Comm comm = MPI_COMM_NULL;
-    int rc = MPI_SUCCESS;
-    {
-      const Creation doing{"creating the communicator of the group " + name + " (MPI_Comm_create_group)", members};
-      const detail::Watched watched(watchdog_.get(), &doing, &describe_creation, &poll_creation);
-      rc = MPI_Comm_create_group(world_->native(), sub_group, 0, &comm);
-    }
-    MPI_Group_free(&sub_group);
-    MPI_Group_free(&world_group);
-    detail::mpi_check(rc, "MPI_Comm_create_group");
-    return *groups_.insert(mesh, axes, make_communicator(comm, std::move(name), members));
-  }
+  detail::Communicator& group(const Mesh& mesh, const std::vector<int>& axes);
 
   /// The communicator of every device of the mesh.
   detail::Communicator& mesh_group(const Mesh& mesh) {
@@ -186,162 +106,39 @@ class Runtime {
   }
 
   /// Every rank of the job.
-  detail::Communicator& world() { return *world_; }
+  detail::Communicator& world();
 
   /// Runs `hook` before the runtime shuts MPI down (caches holding communicators clear themselves).
   void at_shutdown(std::function<void()> hook) { shutdown_hooks_.push_back(std::move(hook)); }
 
  private:
-  Runtime(int* argc, char*** argv) {
-    DAX_CHECK(detail::current_runtime() == nullptr, "dax: a dax::Runtime is already alive; create one per process");
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      detail::mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-      owns_mpi_ = true;
-    }
-    MPI_Comm world = MPI_COMM_NULL;
-    detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
-    const auto& checks = detail::collective_checks();
-    if (checks.timeout_s > 0 || checks.light)
-      watchdog_ = std::make_unique<detail::Watchdog>(checks.timeout_s, &detail::abort_job_timed_out, &detail::fail_job);
-    detail::job_watchdog() = watchdog_.get();
-    if (int n = 1; checks.light && checks.board && MPI_Comm_size(world, &n) == MPI_SUCCESS && n > 1) {
-      board_ = detail::CallBoard::create(world);  // the light check's records on this node
-      detail::job_call_board() = board_.get();
-    }
-    world_ = std::make_unique<detail::MpiCommunicator>(world, "world", std::vector<int>{}, watchdog_.get());
-    rank_ = world_->rank();
-    size_ = world_->size();
-    detail::report_rank() = rank_;
-    detail::previous_terminate() = std::set_terminate(&detail::on_terminate);
-    previous_terminate_set_ = true;
-    // A notice from a rank that leaves lands in departure_buffer() while this rank waits in MPI.
-    detail::departure_buffer() = detail::DepartureNotice{};
-    if (size_ > 1)
-      detail::mpi_check(MPI_Irecv(&detail::departure_buffer(), sizeof(detail::DepartureNotice), MPI_BYTE,
-                                  MPI_ANY_SOURCE, kDepartureTag, world_->native(), &departure_recv_),
-                        "MPI_Irecv");
-    static bool at_exit_registered = false;
-    if (!at_exit_registered) {
-      at_exit_registered = true;
-      std::atexit([] {
-        if (Runtime* rt = detail::current_runtime()) {
-          rt->leave("called exit() while its dax::Runtime was alive");
-          if (rt->owns_mpi_) {  // what the destructor would have done; others may be waiting for it
-            int finalized = 0;
-            MPI_Finalized(&finalized);
-            if (!finalized) MPI_Finalize();
-          }
-        }
-      });
-    }
-#if DAX_CUDA_BACKEND
-    gpus_ = detail::cuda::query_gpus();
-    backend_ = detail::choose_backend(gpus_);
-    if (backend_ == Backend::cuda) detail::cuda::context().init(node_local_rank(world));
-#else
-    backend_ = detail::choose_backend(gpus_);
-#endif
-    detail::active_backend() = backend_;
-    detail::set_default_blas_threads();
-    static uint64_t created = 0;
-    generation_ = ++created;
-    detail::current_runtime() = this;
-  }
+  Runtime(int* argc, char*** argv);
 
   /// The transport of a new group: MPI on CPU; on CUDA, NCCL or (DAX_TRANSPORT=mpi) MPI with
   /// device buffers staged through pinned host memory.
-  std::unique_ptr<detail::Communicator> make_communicator(MPI_Comm comm, std::string name, std::vector<int> members) {
-#if DAX_CUDA_BACKEND
-    if (backend_ == Backend::cuda)
-      return detail::cuda::make_gpu_communicator(comm, std::move(name), std::move(members), watchdog_.get());
-#endif
-    return std::make_unique<detail::MpiCommunicator>(comm, std::move(name), std::move(members), watchdog_.get());
-  }
+  std::unique_ptr<detail::Communicator> make_communicator(MPI_Comm comm, std::string name, std::vector<int> members);
 
   /// This rank's position among the ranks on its node (its GPU is this modulo the node's GPUs).
-  static int node_local_rank(MPI_Comm world) {
-    MPI_Comm node = MPI_COMM_NULL;
-    detail::mpi_check(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-                      "MPI_Comm_split_type");
-    int rank = 0;
-    MPI_Comm_rank(node, &rank);
-    MPI_Comm_free(&node);
-    return rank;
-  }
+  static int node_local_rank(MPI_Comm world);
 
   struct Creation {
     std::string doing;
     std::vector<int> members;  // world ranks
   };
 
-  static std::string describe_creation(const void* doing) {
-    return detail::cat("dax: world rank ", detail::report_rank(), " timed out after ", detail::collective_checks().timeout_s,
-                       " s (DAX_TIMEOUT_S) ", static_cast<const Creation*>(doing)->doing, ". Aborting the job.");
-  }
+  static std::string describe_creation(const void* doing);
 
   /// A member that left while this rank has waited a second to create a communicator with it.
-  static std::string poll_creation(const void* p, double armed_s) {
-    const auto& creation = *static_cast<const Creation*>(p);
-    detail::DepartureNotice d;
-    if (armed_s < 1.0 || !detail::read_departure(d)) return {};
-    for (int m : creation.members)
-      if (m == d.world_rank && m != detail::report_rank())
-        return detail::cat("dax: world rank ", d.world_rank, " left the program (", detail::departure_text(d),
-                           ") while world rank ", detail::report_rank(), " waited for it ", creation.doing,
-                           ". Aborting the job.");
-    return {};
-  }
+  static std::string poll_creation(const void* p, double armed_s);
 
   static constexpr int kDepartureTag = 0x6469;
 
   /// Tells every other rank that this one leaves (how, and its last collective), so a rank waiting
   /// for it fails with that instead of hanging; then withdraws this rank's own receive for such a
   /// notice. Once per runtime.
-  void leave(const char* how) {
-    if (left_ || size_ == 1) return;
-    left_ = true;
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) return;
-    detail::DepartureNotice notice;
-    notice.world_rank = rank_;
-    const std::string text = detail::cat(how, "; ", detail::last_collective_text());
-    notice.length = static_cast<int64_t>(std::min(text.size(), sizeof(notice.text)));
-    std::memcpy(notice.text, text.data(), static_cast<size_t>(notice.length));
-    notice.check = detail::departure_check(notice.world_rank, notice.length, notice.text);
-    std::vector<MPI_Request> sends;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      sends.emplace_back();
-      MPI_Isend(&notice, sizeof(notice), MPI_BYTE, r, kDepartureTag, world_->native(), &sends.back());
-    }
-    // Small messages leave at once; give them two seconds at most (a peer that is gone must not
-    // keep this rank here).
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    int done = 0;
-    while (!done && std::chrono::steady_clock::now() < give_up)
-      MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE);
-    if (!done)
-      for (MPI_Request& r : sends)
-        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    if (departure_recv_ != MPI_REQUEST_NULL) {
-      int arrived = 0;
-      MPI_Test(&departure_recv_, &arrived, MPI_STATUS_IGNORE);
-      if (!arrived) {
-        MPI_Cancel(&departure_recv_);
-        MPI_Wait(&departure_recv_, MPI_STATUS_IGNORE);
-      }
-    }
-  }
+  void leave(const char* how);
 
-  std::vector<int> members_of(const Mesh& mesh, const std::vector<int>& axes) const {
-    DAX_CHECK(mesh.contains(rank_), "dax: rank ", rank_, " is not a device of ", to_string(mesh),
-              " and cannot take part in its collectives");
-    return detail::group_members(mesh, axes, rank_);
-  }
+  std::vector<int> members_of(const Mesh& mesh, const std::vector<int>& axes) const;
 
   bool owns_mpi_ = false;
   bool left_ = false;
@@ -359,3 +156,7 @@ class Runtime {
 };
 
 }  // namespace dax
+
+#if DAX_HEADER_DEFINITIONS
+#include <dax/runtime/runtime_inl.hpp>
+#endif

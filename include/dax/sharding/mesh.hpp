@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <dax/core/compiled_mode.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/hash.hpp>
 #include <dax/core/shape.hpp>
@@ -27,38 +28,7 @@ class Mesh {
   Mesh(Shape shape, std::vector<std::string> axis_names)
       : Mesh(shape, std::move(axis_names), iota(numel(shape))) {}
 
-  Mesh(Shape shape, std::vector<std::string> axis_names, std::vector<int> device_ids) {
-    auto data = std::make_shared<Data>();
-    Data& m = *data;
-    m.shape = std::move(shape);
-    m.names = std::move(axis_names);
-    m.devices = std::move(device_ids);
-    DAX_CHECK(m.shape.size() == m.names.size(), "Mesh: ", m.shape.size(), " axis sizes ",
-              to_string(m.shape), " but ", m.names.size(), " axis names");
-    for (size_t i = 0; i < m.shape.size(); ++i) {
-      DAX_CHECK(m.shape[i] >= 1, "Mesh: axis '", m.names[i], "' must have size >= 1, got ", m.shape[i]);
-      DAX_CHECK(!m.names[i].empty(), "Mesh: axis ", i, " has an empty name");
-      for (size_t j = 0; j < i; ++j)
-        DAX_CHECK(m.names[i] != m.names[j], "Mesh: axis name '", m.names[i], "' appears twice");
-    }
-    DAX_CHECK(static_cast<int64_t>(m.devices.size()) == numel(m.shape), "Mesh: shape ",
-              to_string(m.shape), " holds ", numel(m.shape), " devices but ", m.devices.size(),
-              " device ids were given");
-    for (size_t p = 0; p < m.devices.size(); ++p) {
-      const int d = m.devices[p];
-      DAX_CHECK(d >= 0, "Mesh: device ids must be >= 0, got ", d);
-      if (static_cast<size_t>(d) >= m.position.size()) m.position.resize(static_cast<size_t>(d) + 1, -1);
-      DAX_CHECK(m.position[d] < 0, "Mesh: device id ", d, " appears twice");
-      m.position[d] = static_cast<int>(p);
-    }
-    m.hash = 0x6d657368;
-    for (int64_t x : m.shape) detail::hash_into(m.hash, x);
-    for (const auto& x : m.names) detail::hash_into(m.hash, x);
-    for (int x : m.devices) detail::hash_into(m.hash, x);
-    for (int x : m.devices) m.largest = x > m.largest ? x : m.largest;
-    for (size_t p = 0; p < m.devices.size(); ++p) m.default_devices = m.default_devices && m.devices[p] == static_cast<int>(p);
-    d_ = intern(std::move(data));
-  }
+  Mesh(Shape shape, std::vector<std::string> axis_names, std::vector<int> device_ids);
 
   int num_axes() const { return static_cast<int>(d_->shape.size()); }
   int size() const { return static_cast<int>(d_->devices.size()); }
@@ -140,22 +110,7 @@ class Mesh {
   }
 
   /// The live data of an equal mesh if there is one, else `data` (remembered for the next).
-  static std::shared_ptr<const Data> intern(std::shared_ptr<Data> data) {
-    static std::mutex mutex;
-    static std::unordered_multimap<size_t, std::weak_ptr<const Data>> live;
-    std::lock_guard lock(mutex);
-    auto [lo, hi] = live.equal_range(data->hash);
-    for (auto it = lo; it != hi;) {
-      if (auto other = it->second.lock()) {
-        if (same_contents(*other, *data)) return other;
-        ++it;
-      } else {
-        it = live.erase(it);  // a mesh nobody holds any more
-      }
-    }
-    live.emplace(data->hash, data);
-    return data;
-  }
+  static std::shared_ptr<const Data> intern(std::shared_ptr<Data> data);
   std::shared_ptr<const Data> d_;
 };
 
@@ -202,6 +157,58 @@ inline std::string to_string(const Mesh& mesh) {
   out << ")";
   return out.str();
 }
+
+#if DAX_HEADER_DEFINITIONS  // else compiled once in dax's library (core/compiled_mode.hpp)
+DAX_OUTLINE Mesh::Mesh(Shape shape, std::vector<std::string> axis_names, std::vector<int> device_ids) {
+  auto data = std::make_shared<Data>();
+  Data& m = *data;
+  m.shape = std::move(shape);
+  m.names = std::move(axis_names);
+  m.devices = std::move(device_ids);
+  DAX_CHECK(m.shape.size() == m.names.size(), "Mesh: ", m.shape.size(), " axis sizes ",
+            to_string(m.shape), " but ", m.names.size(), " axis names");
+  for (size_t i = 0; i < m.shape.size(); ++i) {
+    DAX_CHECK(m.shape[i] >= 1, "Mesh: axis '", m.names[i], "' must have size >= 1, got ", m.shape[i]);
+    DAX_CHECK(!m.names[i].empty(), "Mesh: axis ", i, " has an empty name");
+    for (size_t j = 0; j < i; ++j)
+      DAX_CHECK(m.names[i] != m.names[j], "Mesh: axis name '", m.names[i], "' appears twice");
+  }
+  DAX_CHECK(static_cast<int64_t>(m.devices.size()) == numel(m.shape), "Mesh: shape ",
+            to_string(m.shape), " holds ", numel(m.shape), " devices but ", m.devices.size(),
+            " device ids were given");
+  for (size_t p = 0; p < m.devices.size(); ++p) {
+    const int d = m.devices[p];
+    DAX_CHECK(d >= 0, "Mesh: device ids must be >= 0, got ", d);
+    if (static_cast<size_t>(d) >= m.position.size()) m.position.resize(static_cast<size_t>(d) + 1, -1);
+    DAX_CHECK(m.position[d] < 0, "Mesh: device id ", d, " appears twice");
+    m.position[d] = static_cast<int>(p);
+  }
+  m.hash = 0x6d657368;
+  for (int64_t x : m.shape) detail::hash_into(m.hash, x);
+  for (const auto& x : m.names) detail::hash_into(m.hash, x);
+  for (int x : m.devices) detail::hash_into(m.hash, x);
+  for (int x : m.devices) m.largest = x > m.largest ? x : m.largest;
+  for (size_t p = 0; p < m.devices.size(); ++p) m.default_devices = m.default_devices && m.devices[p] == static_cast<int>(p);
+  d_ = intern(std::move(data));
+}
+
+DAX_OUTLINE std::shared_ptr<const Mesh::Data> Mesh::intern(std::shared_ptr<Data> data) {
+  static std::mutex mutex;
+  static std::unordered_multimap<size_t, std::weak_ptr<const Data>> live;
+  std::lock_guard lock(mutex);
+  auto [lo, hi] = live.equal_range(data->hash);
+  for (auto it = lo; it != hi;) {
+    if (auto other = it->second.lock()) {
+      if (same_contents(*other, *data)) return other;
+      ++it;
+    } else {
+      it = live.erase(it);  // a mesh nobody holds any more
+    }
+  }
+  live.emplace(data->hash, data);
+  return data;
+}
+#endif
 
 inline std::ostream& operator<<(std::ostream& out, const Mesh& mesh) { return out << to_string(mesh); }
 

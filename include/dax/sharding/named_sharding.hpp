@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <dax/core/compiled_mode.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/hash.hpp>
 #include <dax/core/shape.hpp>
@@ -23,50 +24,8 @@ inline std::string to_string(const NamedSharding& s);
 
 class NamedSharding {
  public:
-  NamedSharding(Mesh mesh, PartitionSpec spec) {
-    auto data = std::make_shared<Data>(Data{std::move(mesh), std::move(spec), {}, {}, 0});
-    Data& m = *data;
-    std::vector<int> used_by(m.mesh.num_axes(), -1);
-    auto resolve = [&](const std::string& name) {
-      const int axis = m.mesh.find_axis(name);
-      if (axis < 0) {
-        std::string names = "(";
-        for (int i = 0; i < m.mesh.num_axes(); ++i)
-          names += (i ? ", '" : "'") + m.mesh.axis_names()[i] + "'";
-        names += m.mesh.num_axes() == 1 ? ",)" : ")";
-        detail::fail("Resource axis: ", name, " of ", to_string(m.spec),
-                     " is not found in mesh: ", names, ".");
-      }
-      return axis;
-    };
-    m.dims.resize(m.spec.size());
-    for (size_t d = 0; d < m.spec.size(); ++d) {
-      for (const auto& name : m.spec[d].axes()) {
-        const int axis = resolve(name);
-        DAX_CHECK(used_by[axis] < 0,
-                  "A single NamedSharding spec specification can map every mesh axis to at most "
-                  "one positional dimension, but ", to_string(m.spec),
-                  " has duplicate entries for `", name, "`");
-        used_by[axis] = static_cast<int>(d);
-        m.dims[d].push_back(axis);
-      }
-    }
-    for (const auto& name : m.spec.unreduced()) {
-      const int axis = resolve(name);
-      DAX_CHECK(used_by[axis] < 0, to_string(m.spec), " uses mesh axis `", name,
-                "` both to split dimension ", used_by[axis], " and as unreduced");
-      m.unreduced.push_back(axis);
-    }
-    std::sort(m.unreduced.begin(), m.unreduced.end());
-    while (!m.dims.empty() && m.dims.back().empty()) m.dims.pop_back();
-    m.hash = m.mesh.hash();
-    for (const auto& d : m.dims) {
-      detail::hash_into(m.hash, d.size());
-      for (int x : d) detail::hash_into(m.hash, x);
-    }
-    for (int x : m.unreduced) detail::hash_into(m.hash, x + 1000);
-    d_ = std::move(data);
-  }
+  NamedSharding(Mesh mesh, PartitionSpec spec);
+
 
   const Mesh& mesh() const { return d_->mesh; }
   const PartitionSpec& spec() const { return d_->spec; }
@@ -194,6 +153,53 @@ class NamedSharding {
 inline std::string to_string(const NamedSharding& s) {
   return "NamedSharding(mesh=" + to_string(s.mesh()) + ", spec=" + to_string(s.spec()) + ")";
 }
+
+#if DAX_HEADER_DEFINITIONS  // else compiled once in dax's library (core/compiled_mode.hpp)
+DAX_OUTLINE NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec) {
+  auto data = std::make_shared<Data>(Data{std::move(mesh), std::move(spec), {}, {}, 0});
+  Data& m = *data;
+  std::vector<int> used_by(m.mesh.num_axes(), -1);
+  auto resolve = [&](const std::string& name) {
+    const int axis = m.mesh.find_axis(name);
+    if (axis < 0) {
+      std::string names = "(";
+      for (int i = 0; i < m.mesh.num_axes(); ++i)
+        names += (i ? ", '" : "'") + m.mesh.axis_names()[i] + "'";
+      names += m.mesh.num_axes() == 1 ? ",)" : ")";
+      detail::fail("Resource axis: ", name, " of ", to_string(m.spec),
+                   " is not found in mesh: ", names, ".");
+    }
+    return axis;
+  };
+  m.dims.resize(m.spec.size());
+  for (size_t d = 0; d < m.spec.size(); ++d) {
+    for (const auto& name : m.spec[d].axes()) {
+      const int axis = resolve(name);
+      DAX_CHECK(used_by[axis] < 0,
+                "A single NamedSharding spec specification can map every mesh axis to at most "
+                "one positional dimension, but ", to_string(m.spec),
+                " has duplicate entries for `", name, "`");
+      used_by[axis] = static_cast<int>(d);
+      m.dims[d].push_back(axis);
+    }
+  }
+  for (const auto& name : m.spec.unreduced()) {
+    const int axis = resolve(name);
+    DAX_CHECK(used_by[axis] < 0, to_string(m.spec), " uses mesh axis `", name,
+              "` both to split dimension ", used_by[axis], " and as unreduced");
+    m.unreduced.push_back(axis);
+  }
+  std::sort(m.unreduced.begin(), m.unreduced.end());
+  while (!m.dims.empty() && m.dims.back().empty()) m.dims.pop_back();
+  m.hash = m.mesh.hash();
+  for (const auto& d : m.dims) {
+    detail::hash_into(m.hash, d.size());
+    for (int x : d) detail::hash_into(m.hash, x);
+  }
+  for (int x : m.unreduced) detail::hash_into(m.hash, x + 1000);
+  d_ = std::move(data);
+}
+#endif
 
 inline std::ostream& operator<<(std::ostream& out, const NamedSharding& s) { return out << to_string(s); }
 
