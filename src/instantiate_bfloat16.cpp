@@ -4,4 +4,5 @@
 
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(::dax::bfloat16, )
+DAX_INSTANTIATE_NN_TYPE(::dax::bfloat16, )
 }  // namespace dax

@@ -4,4 +4,5 @@
 
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(::dax::half, )
+DAX_INSTANTIATE_NN_TYPE(::dax::half, )
 }  // namespace dax

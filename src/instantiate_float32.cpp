@@ -4,4 +4,5 @@
 
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(float, )
+DAX_INSTANTIATE_NN_TYPE(float, )
 }  // namespace dax

@@ -4,4 +4,5 @@
 
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(double, )
+DAX_INSTANTIATE_NN_TYPE(double, )
 }  // namespace dax

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How long a user's program takes to compile against dax, in both modes (docs/building.md).
 
-Programs: empty.cpp (the include alone), small.cpp (ones, matmul, +, sum), examples/transformer_lm.cpp.
+Programs: empty.cpp (the include alone), small.cpp (ones, matmul, +, sum), small_array.cpp (the same
+including only <dax/array.hpp>), examples/transformer_lm.cpp.
 Modes: through CMake's dax::dax (the compiled mode: dax's library is built once per build tree and
 not counted; each program's own compile command is timed exactly as CMake wrote it), and
 header-only (`mpicxx -std=c++20 -I include`, no CMake). Reference: reference_small.cpp, small.cpp
@@ -15,6 +16,7 @@ import argparse, json, os, shlex, shutil, subprocess, sys, tempfile, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PROGRAMS = {"empty": os.path.join(HERE, "empty.cpp"), "small": os.path.join(HERE, "small.cpp"),
+            "small_array": os.path.join(HERE, "small_array.cpp"),
             "transformer_lm": os.path.join(ROOT, "examples", "transformer_lm.cpp")}
 EIGEN = "/usr/include/eigen3"
 
@@ -64,7 +66,7 @@ def main():
     ap.add_argument("--scratch", default=os.path.join(ROOT, "build-compile-time"))
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=os.path.join(ROOT, "benchmarks", "results", "compile_time.json"))
-    ap.add_argument("--programs", default="empty,small,transformer_lm")
+    ap.add_argument("--programs", default="empty,small,small_array,transformer_lm")
     args = ap.parse_args()
     names = args.programs.split(",")
     env = {k: v for k, v in os.environ.items() if k not in ("CMAKE_CXX_COMPILER_LAUNCHER", "CCACHE_DIR")}

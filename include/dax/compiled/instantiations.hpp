@@ -1,7 +1,8 @@
 // The ops that dax's compiled library instantiates once per element type (src/instantiate_*.cpp),
 // as lists of explicit instantiations. A program built through CMake's dax::dax sees them as
-// `extern template` declarations (DAX_COMPILED_LIBRARY, compiled/extern_templates.hpp), so its own
-// translation units instantiate and optimize none of them again; header-only use never sees this.
+// `extern template` declarations (DAX_COMPILED_LIBRARY: compiled/extern_array_ops.hpp and
+// extern_nn.hpp), so its own translation units instantiate and optimize none of them again;
+// header-only use never sees this.
 // Each macro takes the element type T and EXTERN: `extern` to declare, nothing to instantiate.
 #pragma once
 
@@ -69,36 +70,44 @@
   EXTERN template DistArray<T>& operator*= <T>(DistArray<T>&, const DistArray<T>&);                        \
   EXTERN template DistArray<T>& operator/= <T>(DistArray<T>&, const DistArray<T>&);
 
-// Floating types only: the transcendental functions, their reductions and the layers.
+// Floating types only: the transcendental functions and their reductions.
 #define DAX_INSTANTIATE_FLOATING_TYPE(T, EXTERN)                                                            \
   DAX_INSTANTIATE_ANY_TYPE(T, EXTERN)                                                                       \
-  EXTERN template DistArray<T> exp<T>(const DistArray<T>&);                                                \
-  EXTERN template DistArray<T> log<T>(const DistArray<T>&);                                                \
-  EXTERN template DistArray<T> sqrt<T>(const DistArray<T>&);                                               \
-  EXTERN template DistArray<T> rsqrt<T>(const DistArray<T>&);                                              \
-  EXTERN template DistArray<T> tanh<T>(const DistArray<T>&);                                               \
-  EXTERN template DistArray<T> sigmoid<T>(const DistArray<T>&);                                            \
-  EXTERN template DistArray<T> gelu<T>(const DistArray<T>&);                                               \
-  EXTERN template DistArray<T> silu<T>(const DistArray<T>&);                                               \
-  EXTERN template DistArray<T> logsumexp<T>(const DistArray<T>&, const std::vector<int>&, bool);           \
-  EXTERN template DistArray<T> softmax<T>(const DistArray<T>&, int);                                       \
-  EXTERN template DistArray<T> log_softmax<T>(const DistArray<T>&, int);                                   \
-  EXTERN template DistArray<T> random::uniform<T>(const random::Key&, const Shape&, const NamedSharding&,  \
-                                                  T, T);                                                   \
-  EXTERN template DistArray<T> random::normal<T>(const random::Key&, const Shape&, const NamedSharding&,   \
-                                                 T, T);                                                    \
+  EXTERN template DistArray<T> exp<T>(const DistArray<T>&);                                                 \
+  EXTERN template DistArray<T> log<T>(const DistArray<T>&);                                                 \
+  EXTERN template DistArray<T> sqrt<T>(const DistArray<T>&);                                                \
+  EXTERN template DistArray<T> rsqrt<T>(const DistArray<T>&);                                               \
+  EXTERN template DistArray<T> tanh<T>(const DistArray<T>&);                                                \
+  EXTERN template DistArray<T> sigmoid<T>(const DistArray<T>&);                                             \
+  EXTERN template DistArray<T> gelu<T>(const DistArray<T>&);                                                \
+  EXTERN template DistArray<T> silu<T>(const DistArray<T>&);                                                \
+  EXTERN template DistArray<T> logsumexp<T>(const DistArray<T>&, const std::vector<int>&, bool);            \
+  EXTERN template DistArray<T> softmax<T>(const DistArray<T>&, int);                                        \
+  EXTERN template DistArray<T> log_softmax<T>(const DistArray<T>&, int);                                    \
+  EXTERN template DistArray<T> random::uniform<T>(const random::Key&, const Shape&, const NamedSharding&,   \
+                                                  T, T);                                                    \
+  EXTERN template DistArray<T> random::normal<T>(const random::Key&, const Shape&, const NamedSharding&,    \
+                                                 T, T);
+
+// The layers of nn/ (floating types).
+#define DAX_INSTANTIATE_NN_TYPE(T, EXTERN)                                                                  \
   EXTERN template DistArray<T> layer_norm<T>(const DistArray<T>&, const DistArray<T>&, const DistArray<T>&, \
-                                             double);                                                      \
-  EXTERN template DistArray<T> rms_norm<T>(const DistArray<T>&, const DistArray<T>&, double);              \
-  EXTERN template DistArray<T> cross_entropy<T, int32_t>(const DistArray<T>&, const DistArray<int32_t>&);  \
-  EXTERN template DistArray<T> cross_entropy<T, int64_t>(const DistArray<T>&, const DistArray<int64_t>&);  \
+                                             double);                                                       \
+  EXTERN template DistArray<T> rms_norm<T>(const DistArray<T>&, const DistArray<T>&, double);               \
+  EXTERN template DistArray<T> cross_entropy<T, int32_t>(const DistArray<T>&, const DistArray<int32_t>&);   \
+  EXTERN template DistArray<T> cross_entropy<T, int64_t>(const DistArray<T>&, const DistArray<int64_t>&);   \
   EXTERN template DistArray<T> dropout<T>(const random::Key&, const DistArray<T>&, double);
 
-// The element types of DESIGN.md, each applied to `M(T, EXTERN)`.
-#define DAX_FOR_EACH_INSTANTIATION(EXTERN)                 \
-  DAX_INSTANTIATE_FLOATING_TYPE(float, EXTERN)             \
-  DAX_INSTANTIATE_FLOATING_TYPE(double, EXTERN)            \
-  DAX_INSTANTIATE_FLOATING_TYPE(::dax::bfloat16, EXTERN)   \
-  DAX_INSTANTIATE_FLOATING_TYPE(::dax::half, EXTERN)       \
-  DAX_INSTANTIATE_ANY_TYPE(int32_t, EXTERN)                \
+// The element types of DESIGN.md: the array ops (array.hpp) and the layers (nn/nn.hpp).
+#define DAX_FOR_EACH_ARRAY_INSTANTIATION(EXTERN)         \
+  DAX_INSTANTIATE_FLOATING_TYPE(float, EXTERN)           \
+  DAX_INSTANTIATE_FLOATING_TYPE(double, EXTERN)          \
+  DAX_INSTANTIATE_FLOATING_TYPE(::dax::bfloat16, EXTERN) \
+  DAX_INSTANTIATE_FLOATING_TYPE(::dax::half, EXTERN)     \
+  DAX_INSTANTIATE_ANY_TYPE(int32_t, EXTERN)              \
   DAX_INSTANTIATE_ANY_TYPE(int64_t, EXTERN)
+#define DAX_FOR_EACH_NN_INSTANTIATION(EXTERN)      \
+  DAX_INSTANTIATE_NN_TYPE(float, EXTERN)           \
+  DAX_INSTANTIATE_NN_TYPE(double, EXTERN)          \
+  DAX_INSTANTIATE_NN_TYPE(::dax::bfloat16, EXTERN) \
+  DAX_INSTANTIATE_NN_TYPE(::dax::half, EXTERN)

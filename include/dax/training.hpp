@@ -1,0 +1,19 @@
+// dax's training: parameter trees (and their checkpoints), value_and_grad / grad / vjp, remat and
+// custom_vjp, the optimizers and the layers of nn/. dax.hpp includes it.
+#pragma once
+
+#include <dax/array.hpp>
+#include <dax/io.hpp>
+#include <dax/autodiff/tree.hpp>
+#include <dax/autodiff/tree_io.hpp>
+#include <dax/autodiff/tape.hpp>
+#include <dax/autodiff/grad.hpp>
+#include <dax/autodiff/remat.hpp>
+#include <dax/autodiff/custom_vjp.hpp>
+#include <dax/optim/optim.hpp>
+#include <dax/nn/nn.hpp>
+
+// Compiled mode: the layers for the common element types are already compiled in dax's library.
+#if defined(DAX_COMPILED_LIBRARY) && !defined(DAX_HAS_CUDA)
+#include <dax/compiled/extern_nn.hpp>
+#endif
