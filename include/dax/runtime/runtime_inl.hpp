@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <dax/backend/cpu/blas.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/runtime/runtime.hpp>
 
