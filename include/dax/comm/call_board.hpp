@@ -15,7 +15,7 @@
 // "not posted" and never a false divergence.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <cstdint>
 #include <cstring>

@@ -6,7 +6,7 @@
 // count in the same sequence. The staged device transport runs through MpiCommunicator's calls.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <chrono>
 #include <cstdio>

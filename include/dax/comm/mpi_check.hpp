@@ -2,7 +2,7 @@
 // counts checked to fit MPI's int.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <climits>
 #include <cstdint>

@@ -4,7 +4,7 @@
 // and watched, so ranks that diverge or stall are reported instead of hanging.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #if defined(__linux__)
 #include <sys/uio.h>

@@ -4,7 +4,7 @@
 // frees them.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <array>
 

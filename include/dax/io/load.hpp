@@ -4,7 +4,7 @@
 // compared with the sidecar's.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <algorithm>
 #include <cstdint>

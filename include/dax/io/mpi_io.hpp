@@ -3,7 +3,7 @@
 // view moved collectively).
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <climits>
 #include <string>

@@ -3,7 +3,7 @@
 // shape and checksum. Both appear under their names only once complete (temporary name, rename).
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <algorithm>
 #include <cstdint>

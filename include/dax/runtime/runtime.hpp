@@ -3,7 +3,7 @@
 // first use and cached. Shuts everything down in its destructor.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <algorithm>
 #include <cstdint>

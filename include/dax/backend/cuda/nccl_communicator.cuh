@@ -3,7 +3,7 @@
 // group's MPI communicator stays beside it for host metadata and the collective checks.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 #include <nccl.h>
 
 #include <algorithm>

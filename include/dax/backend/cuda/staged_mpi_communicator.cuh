@@ -3,7 +3,7 @@
 // Unlike NCCL it lets several ranks share one GPU, which is how multi-rank tests run on one GPU.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI's MPIX_CUDA_AWARE_SUPPORT and MPIX_Query_cuda_support
 #endif

@@ -2,7 +2,7 @@
 // the runtime calls for each group's communicator when the backend is CUDA.
 #pragma once
 
-#include <mpi.h>
+#include <dax/core/mpi.hpp>
 
 #include <cstdlib>
 #include <memory>
