@@ -169,4 +169,76 @@ inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tok
   return b;
 }
 
+/// The bytes of this device's pieces of every parameter at its compute layout.
+inline double pieces_bytes(const Layout& layout, const Model& params, int device) {
+  double bytes = 0;
+  dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
+    const auto pieces = layout.compute(path).devices_indices_map(p.shape());
+    if (pieces.count(device) != 0) bytes += static_cast<double>(dax::numel(pieces.at(device))) * 4;
+  }, params);
+  return bytes;
+}
+
+/// One training step's bytes (dax::comm_stats of the step) next to the formulas, for this device.
+struct BytesCheck {
+  double megatron = 0;       // all-reduces over 'model', less the cross-entropy's
+  double cross_entropy = 0;  // the vocab-parallel cross-entropy's three all-reduces of a value per token
+  double data_parallel = 0;  // all-reduces over 'data'
+  double fsdp = 0;           // all-gathers + reduce-scatters over 'data'
+  StepBytes formula;
+  bool checkable = false;  // the formulas apply: the data axis divides the batch (and, with FSDP, every
+                           // parameter splits evenly over it)
+  bool fewer = false;      // the activations' bytes are below Megatron's: the planner found cheaper moves
+  bool ok = true;          // checkable and as the formulas say (see check_step_bytes), or not checkable
+  std::string regime;      // which case it is, in words
+  static constexpr double tolerance = 64;  // the scalars: the loss's mean and the clipping norm
+};
+
+inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const Model& params,
+                                   const dax::CommStats& stats, int device) {
+  const double pieces_bytes = lm::pieces_bytes(layout, params, device);
+  BytesCheck b;
+  // This device's own piece of the tokens (uneven when the data axis does not divide them).
+  const double tokens_here =
+      static_cast<double>(dax::numel(layout.tokens().devices_indices_map({c.tokens()}).at(device)));
+  b.formula = formula_bytes(c, layout, tokens_here, pieces_bytes);
+  const double n_model = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("model")));
+  b.cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4;
+  b.megatron = static_cast<double>(stats.of("all_reduce", "('model',)").bytes) - b.cross_entropy;
+  b.data_parallel = static_cast<double>(stats.of("all_reduce", "('data',)").bytes);
+  b.fsdp = static_cast<double>(stats.of("all_gather", "('data',)").bytes) +
+           static_cast<double>(stats.of("reduce_scatter", "('data',)").bytes);
+  // When the data axis does not divide the batch, the attention's reshape to (batch, seq, heads,
+  // head_dim) must move rows too, which the formulas leave out; so do FSDP's uneven pieces (a
+  // gather moves the largest piece from every device).
+  const int64_t n_data = layout.mesh.axis_size(layout.mesh.axis_index("data"));
+  bool even = true;
+  if (layout.fsdp)
+    dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
+      int64_t first = -1;
+      for (const auto& [device_id, box] : layout.stored(path, p.shape()).devices_indices_map(p.shape())) {
+        if (first < 0) first = dax::numel(box);
+        even = even && dax::numel(box) == first;
+      }
+    }, params);
+  b.checkable = c.batch % n_data == 0 && even;
+  const bool weights_ok = layout.fsdp ? std::abs(b.fsdp - b.formula.fsdp) <= BytesCheck::tolerance
+                                      : std::abs(b.data_parallel - b.formula.data_parallel) <= BytesCheck::tolerance;
+  // Megatron all-reduces every activation; with many tokens per device the planner moves the
+  // (smaller) weights instead, at fewer bytes, which the check accepts and names. More bytes
+  // than Megatron's never pass.
+  b.fewer = b.megatron < b.formula.megatron - BytesCheck::tolerance;
+  const bool activations_ok = b.megatron <= b.formula.megatron + BytesCheck::tolerance;
+  b.ok = !b.checkable || (weights_ok && activations_ok);
+  if (!b.checkable)
+    b.regime = c.batch % n_data != 0 ? "not checked: the data axis does not divide the batch"
+                                     : "not checked: FSDP splits some parameters unevenly over the data axis";
+  else if (b.fewer)
+    b.regime = "fewer bytes than Megatron's formula: with this many tokens per device the planner moves weights "
+               "rather than all-reducing every activation";
+  else
+    b.regime = "Megatron's bytes";
+  return b;
+}
+
 }  // namespace lm

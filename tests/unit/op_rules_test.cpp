@@ -79,7 +79,21 @@ TEST_CASE("matmul rule: cheapest legal candidate, right result, every pair of sp
   CHECK(checked > 500);
 }
 
+namespace {
+
+// Sets a cost model for one scope and restores the backend's after.
+struct ScopedModel {
+  explicit ScopedModel(dax::CostModel m) { dax::set_cost_model(m); }
+  ~ScopedModel() { dax::reset_cost_model(); }
+};
+
+}  // namespace
+
+// The CPU's rates without the fixed cost per collective: bytes and FLOPs alone decide.
+constexpr dax::CostModel kBytesAndFlops{5e9, 50e9, 0};
+
 TEST_CASE("matmul rule: the textbook choices", "[ops][matmul]") {
+  ScopedModel scoped(kBytesAndFlops);
   const Mesh mesh({4}, {"x"});
   auto s = [&](P p) { return NamedSharding(mesh, p); };
   // Contraction split on A, B replicated and narrow: B is sliced for free and the product is
@@ -99,6 +113,7 @@ TEST_CASE("matmul rule: the textbook choices", "[ops][matmul]") {
 }
 
 TEST_CASE("matmul rule: an exact tie goes to fewer collectives (Megatron's row-parallel layer)", "[ops][matmul]") {
+  ScopedModel scoped(kBytesAndFlops);  // with a fixed cost per collective there is no tie to break
   // (tokens, d) split ('data', 'model') @ W (d, d) split ('model', None), asked for (tokens, d)
   // split ('data', None): the local product and one all-reduce of the result over 'model', or an
   // all-to-all of A, an all-gather of W and one of the result. Both receive 2(m-1)/m of the result
@@ -144,15 +159,6 @@ TEST_CASE("elementwise rule: the output follows the operand costliest to move", 
   CHECK(n.elements == 2 * 3 * 8 / 4);
 }
 
-namespace {
-
-// Sets a cost model for one scope and restores the backend's after.
-struct ScopedModel {
-  explicit ScopedModel(dax::CostModel m) { dax::set_cost_model(m); }
-  ~ScopedModel() { dax::reset_cost_model(); }
-};
-
-}  // namespace
 
 TEST_CASE("matmul rule: time, not bytes alone (issue 16's batch-32 weight gradient)", "[ops][matmul][cost]") {
   const Mesh mesh({2}, {"data"});
@@ -184,6 +190,58 @@ TEST_CASE("matmul rule: time, not bytes alone (issue 16's batch-32 weight gradie
   const auto bytes_only =
       dax::detail::matmul_rule(xt, s(P(dax::none, "data")), dy, s(P("data")), s(P()), false, false);
   CHECK(bytes_only.chosen == 3);
+}
+
+TEST_CASE("matmul rule: on the CPU's model a row-parallel product is one all-reduce at 2 ranks (issue 39)",
+          "[ops][matmul][cost]") {
+  // transformer_lm at 2 ranks, mesh (data 1, model 2): O (512, 128) split by heads over model,
+  // Wo (128, 128) by rows, the result wanted P('data'). Megatron's all-reduce receives 65,536
+  // elements in one collective; an all-to-all of O, an all-gather of Wo and one of the result
+  // receive 57,344 in three. Without a fixed cost per collective the CPU took the three (33
+  // collectives and 3.41 MB a step instead of 13 and 2.62 MB); 5 us each makes it one.
+  const Mesh mesh({1, 2}, {"data", "model"});
+  auto s = [&](P p) { return NamedSharding(mesh, p); };
+  const Shape o{512, 128}, wo{128, 128};
+  const auto rule_under = [&](const dax::CostModel& m) {
+    ScopedModel scoped(m);
+    return dax::detail::matmul_rule(o, s(P(dax::none, "model")), wo, s(P("model", dax::none)), s(P("data")), false,
+                                    false);
+  };
+  const auto gathered = rule_under({5e9, 50e9, 0});
+  INFO(dax::detail::explain_matmul_rule(gathered, o, wo, 4));
+  CHECK(gathered.best().collectives == 3);
+  CHECK(gathered.best().total() == 256 * 64 + 64 * 128 + 256 * 128);  // O's rows, Wo's rows, the result's rows
+  const auto reduced = rule_under(dax::cpu_cost_model());
+  INFO(dax::detail::explain_matmul_rule(reduced, o, wo, 4));
+  CHECK(reduced.best().collectives == 1);
+  CHECK(reduced.best().total() == 512 * 128);  // the all-reduce: 2 (m-1)/m of the (512, 128) result
+}
+
+TEST_CASE("matmul rule: while a gradient is taken, a candidate pays for its backward", "[ops][matmul][cost]") {
+  // x (64, 64) split by rows over x, w (64, 4096) replicated, the result's layout free. By the
+  // forward alone, rows stay split and nothing moves; but then w's gradient is the sum of both
+  // devices' (64, 4096) partial products, an all-reduce in the backward. Splitting w's columns
+  // instead gathers x (2,048 elements) and w's gradient comes back in column pieces, to be
+  // gathered (half the all-reduce's bytes). Priced with its backward (MatmulGrad), the rule's
+  // choice must cost less, forward and backward together, than the forward-only choice.
+  const Mesh mesh({2}, {"x"});
+  auto s = [&](P p) { return NamedSharding(mesh, p); };
+  const Shape x{64, 64}, w{64, 4096};
+  ScopedModel scoped(dax::cpu_cost_model());
+  const auto forward_only = dax::detail::matmul_rule(x, s(P("x")), w, s(P()), std::nullopt, false, false);
+  const auto with_backward = dax::detail::matmul_rule(x, s(P("x")), w, s(P()), std::nullopt, false, false, false, 4,
+                                                      dax::detail::MatmulGrad{false, true});
+  INFO(dax::detail::explain_matmul_rule(forward_only, x, w, 4));
+  INFO(dax::detail::explain_matmul_rule(with_backward, x, w, 4));
+  CHECK(forward_only.best().total() == 0);
+  CHECK(forward_only.best().backward == 0);  // not priced without a gradient
+  CHECK(with_backward.best().backward > 0);
+  // The backward of the forward-only choice, priced the same way, costs more than the chosen
+  // candidate's forward and backward together.
+  const auto forward_choice_backward = dax::detail::matmul_backward_cost(
+      x, s(P("x")), w, s(P()), {64, 4096}, forward_only.best().target, {false, true}, 4);
+  CHECK(with_backward.best().time < forward_only.best().time + forward_choice_backward.time);
+  CHECK(with_backward.best().target != forward_only.best().target);
 }
 
 TEST_CASE("matmul rule: a fixed cost per collective keeps Megatron's one all-reduce on the GPU's rates",

@@ -103,31 +103,40 @@ DistArray<T> detached(const DistArray<T>& x) {
 ///
 /// With `grad_sharding`, each gradient comes back in the sharding it names instead (ZeRO-2: the
 /// reduction of a replicated parameter's partial sums is then a reduce-scatter to that sharding).
+namespace detail {
+/// What value_and_grad returns after its static_assert on a non-tree (nothing is computed).
+struct NotATree {};
+}  // namespace detail
+
 template <class F>
 auto value_and_grad(F f, GradShardingFn grad_sharding = {}) {
   return [f, grad_sharding](const auto& params, const auto&... args) {
     using Params = std::remove_cvref_t<decltype(params)>;
-    static_assert(is_tree_v<Params>, "dax::value_and_grad: the first argument must be a tree of DistArrays");
-    detail::Tape tape;
-    Params traced = params;
-    auto result = [&] {
-      detail::TapeScope scope(tape);
-      detail::watch_tree(tape, traced);
-      return f(std::as_const(traced), args...);
-    }();
-    const auto& loss = detail::loss_of(result);
-    using T = typename std::remove_cvref_t<decltype(loss)>::value_type;
-    detail::check_scalar_loss(loss, "value_and_grad");
-    std::vector<uint64_t> leaves;
-    detail::leaf_ids(traced, leaves);
-    const auto seed = ones<T>({}, NamedSharding(loss.sharding().mesh(), P()));
-    const auto cotangents = tape.backward(loss.trace_id(), detail::AnyArray(seed), leaves);
-    Params grads = detail::gradient_tree(cotangents, params, traced, grad_sharding);
-    if constexpr (detail::is_dist_array<decltype(result)>::value) {
-      return std::pair{detail::detached(result), std::move(grads)};
+    if constexpr (!is_tree_v<Params>) {  // one message, and nothing else instantiated after it
+      static_assert(is_tree_v<Params>, DAX_NOT_A_TREE_MESSAGE("dax::value_and_grad: the parameters (first argument)"));
+      return std::pair<detail::NotATree, detail::NotATree>{};  // decomposes, so the caller adds no error
     } else {
-      auto value = std::pair{detail::detached(loss), std::get<1>(result)};
-      return std::pair{std::move(value), std::move(grads)};
+      detail::Tape tape;
+      Params traced = params;
+      auto result = [&] {
+        detail::TapeScope scope(tape);
+        detail::watch_tree(tape, traced);
+        return f(std::as_const(traced), args...);
+      }();
+      const auto& loss = detail::loss_of(result);
+      using T = typename std::remove_cvref_t<decltype(loss)>::value_type;
+      detail::check_scalar_loss(loss, "value_and_grad");
+      std::vector<uint64_t> leaves;
+      detail::leaf_ids(traced, leaves);
+      const auto seed = ones<T>({}, NamedSharding(loss.sharding().mesh(), P()));
+      const auto cotangents = tape.backward(loss.trace_id(), detail::AnyArray(seed), leaves);
+      Params grads = detail::gradient_tree(cotangents, params, traced, grad_sharding);
+      if constexpr (detail::is_dist_array<decltype(result)>::value) {
+        return std::pair{detail::detached(result), std::move(grads)};
+      } else {
+        auto value = std::pair{detail::detached(loss), std::get<1>(result)};
+        return std::pair{std::move(value), std::move(grads)};
+      }
     }
   };
 }

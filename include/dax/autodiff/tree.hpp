@@ -99,6 +99,11 @@ inline constexpr bool is_tree_v = detail::is_tree<std::remove_cvref_t<T>>::value
 template <class T>
 concept Tree = is_tree_v<T>;
 
+/// The message of the checks that a type is a tree: what a tree is, and DAX_TREE as the fix.
+#define DAX_NOT_A_TREE_MESSAGE(who)                                                                   \
+  who " must be a tree of DistArrays: a DistArray, a std::vector / std::array / std::tuple / std::map " \
+      "of trees, or a struct of them registered with DAX_TREE(Type, member, ...) after its definition"
+
 namespace detail {
 
 /// Appends one component to a path for the lifetime of the scope.
@@ -258,7 +263,7 @@ auto map_tree(std::string& path, F& f, const T& t, const U&... u) {
         dax_tree_fields(static_cast<const T*>(nullptr)));
     return out;
   } else {
-    static_assert(kind != TreeKind::none, "dax: not a tree");
+    static_assert(kind != TreeKind::none, DAX_NOT_A_TREE_MESSAGE("dax: this type"));
   }
 }
 
@@ -297,7 +302,7 @@ void each_tree(std::string& path, F& f, T& t, U&... u) {
         },
         dax_tree_fields(static_cast<const std::remove_const_t<T>*>(nullptr)));
   } else {
-    static_assert(kind != TreeKind::none, "dax: not a tree");
+    static_assert(kind != TreeKind::none, DAX_NOT_A_TREE_MESSAGE("dax: this type"));
   }
 }
 

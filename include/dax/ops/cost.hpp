@@ -27,9 +27,12 @@ struct CostModel {
 /// MPI's vader/sm BTL moves large messages at 4-10 GB/s between cores (one copy through a shared
 /// segment); we take 5 GB/s. One x86 core with two AVX2 FMA units peaks at 32 float FLOPs a cycle
 /// (~100 GFLOP/s at 3 GHz); OpenBLAS reaches about half of that in practice on shared machines:
-/// 50 GFLOP/s. No fixed cost per collective yet: shared-memory MPI starts one in 1-3 us, next to
-/// a core's slow GEMMs, and the CPU's plans were measured without it.
-inline constexpr CostModel cpu_cost_model() { return {5e9, 50e9, 0}; }
+/// 50 GFLOP/s. Each collective costs 5 us whatever its size: a reshard of 8 bytes through dax
+/// takes 2.1 us at 2 ranks on one 2-core node (MPI_Allreduce of 4 bytes alone 1.0 us), and across
+/// nodes MPI's small-message latency adds 1.5-3 us. Without it three collectives tied with one of a
+/// few more bytes, and Megatron's row-parallel products ran as three gathers each (issue 39; the
+/// step was no faster that way: docs/planning.md).
+inline constexpr CostModel cpu_cost_model() { return {5e9, 50e9, 5e-6}; }
 
 /// CUDA: an H100 SXM. NVLink 4 gives 450 GB/s per direction inside a node (NCCL's busbw ~360 GB/s)
 /// but across nodes a GPU has one 400 Gb/s NIC (50 GB/s); a large mesh spans nodes on most axes,

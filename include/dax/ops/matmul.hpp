@@ -23,17 +23,26 @@ inline RuleCache<MatmulRule>& matmul_rules() {
   return cache;
 }
 
+/// While a gradient is being taken, the rule prices the product's backward too (MatmulGrad):
+/// `grad` says which operands will get cotangents.
 template <class T>
 const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
                                   const std::optional<NamedSharding>& out, bool a_vector, bool b_vector,
-                                  bool keep_unreduced = false) {
+                                  bool keep_unreduced = false, MatmulGrad grad = {}) {
   RuleKey key{2000 + a_vector + 2 * b_vector, {a.shape(), b.shape()}, {a.sharding(), b.sharding()},
-              {keep_unreduced, static_cast<int64_t>(sizeof(T))}};
+              {keep_unreduced, static_cast<int64_t>(sizeof(T)), grad.a + 2 * grad.b}};
   if (out) key.shardings.push_back(*out);
   return matmul_rules().get(std::move(key), [&] {
     return matmul_rule(a.shape(), a.sharding(), b.shape(), b.sharding(), out, a_vector, b_vector, keep_unreduced,
-                       sizeof(T));
+                       sizeof(T), grad);
   });
+}
+
+/// The operands a gradient will flow back to from a product of a and b recorded now.
+template <class T>
+MatmulGrad matmul_grad(const DistArray<T>& a, const DistArray<T>& b) {
+  if (!tracing(a, b)) return {};
+  return {needs_gradient(a), needs_gradient(b)};
 }
 
 /// `keep_unreduced`: the result is laid out by `out`'s dimensions but partial sums over the split
@@ -42,7 +51,7 @@ template <class T>
 DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
                        bool a_vector, bool b_vector, bool keep_unreduced = false) {
   const ProfiledOp profiled("matmul", a, b);
-  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced);
+  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced, matmul_grad(a, b));
   const MatmulCandidate& c = rule.best();
   const DistArray<T> am = moved_to(a, c.a), bm = moved_to(b, c.b);
   Runtime& rt = Runtime::current();

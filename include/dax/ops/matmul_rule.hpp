@@ -24,12 +24,20 @@
 
 namespace dax::detail {
 
+/// Which operands a gradient will flow back to (the op records for autodiff): their cotangents'
+/// products are priced with the forward's (matmul_rule).
+struct MatmulGrad {
+  bool a = false, b = false;
+  bool any() const { return a || b; }
+};
+
 struct MatmulCandidate {
   std::vector<int> roles;  // per mesh axis: 0..nb-1 batch dim, nb: M, nb+1: N, nb+2: K, nb+3: replicate
   NamedSharding a, b, out;  // required operand shardings; the local products' sharding
   int64_t a_cost = 0, b_cost = 0, out_cost = 0;  // elements received per device (max over devices)
   double flops = 0;                              // of the largest local product
   double time = 0;                               // estimated seconds: what the rule minimizes
+  double backward = 0;                           // of which the cotangents' products (MatmulGrad)
   int collectives = 0;                           // the moves' communicating steps (breaks ties)
   NamedSharding target;                          // where its result goes (the rule's target if chosen)
   int64_t total() const { return a_cost + b_cost + out_cost; }
@@ -60,10 +68,55 @@ inline std::vector<int> ordered(const std::vector<int>& current, const std::vect
 /// unsplit). `keep_unreduced` (with a requested sharding): a candidate's partial sums over its K
 /// axes may stay unreduced, its target being the requested spec plus those axes (K axes the
 /// request splits a dimension with are still reduce-scattered there); autodiff's cotangents use it.
-/// `item_bytes` sizes the elements moved (the model's bandwidth is in bytes).
+/// `item_bytes` sizes the elements moved (the model's bandwidth is in bytes). `grad`: while a
+/// gradient is being taken, a candidate also pays for its backward (matmul_backward_cost).
 inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                               const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
-                              bool b_vector, bool keep_unreduced = false, int64_t item_bytes = 4) {
+                              bool b_vector, bool keep_unreduced = false, int64_t item_bytes = 4,
+                              MatmulGrad grad = {});
+
+/// Shape and sharding with the last two dimensions swapped (a transpose's view, no move).
+inline std::pair<Shape, NamedSharding> swap_last_two(const Shape& shape, const NamedSharding& s) {
+  const size_t n = shape.size();
+  Shape t = shape;
+  std::swap(t[n - 1], t[n - 2]);
+  std::vector<std::vector<int>> dims(n);
+  for (size_t d = 0; d < n; ++d) dims[d] = s.dim_axes(d);
+  std::swap(dims[n - 1], dims[n - 2]);
+  return {t, make_sharding(s.mesh(), dims, s.unreduced_axes())};
+}
+
+/// What the backward of c = a @ b costs when its cotangent g arrives laid out as the forward's
+/// result (`g`): the products the VJP runs (ops/matmul.hpp, matmul_cotangents), dA = g @ B^T laid
+/// out like a and dB = A^T @ g like b, partial sums kept, each priced by its own rule. Choosing by
+/// the forward alone picks layouts whose backward reshards every operand (issue 39: a
+/// row-parallel product run as gathers, whose backward made four moves where Megatron's makes none).
+struct BackwardCost {
+  double time = 0;
+  int collectives = 0;
+};
+inline BackwardCost matmul_backward_cost(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
+                                         const NamedSharding& b, const Shape& out_shape, const NamedSharding& g,
+                                         MatmulGrad grad, int64_t item_bytes) {
+  BackwardCost cost;
+  auto add = [&](const MatmulRule& r) {
+    cost.time += r.best().time;
+    cost.collectives += r.best().collectives;
+  };
+  if (grad.a) {
+    const auto [bt_shape, bt] = swap_last_two(b_shape, b);
+    add(matmul_rule(out_shape, g, bt_shape, bt, a, false, false, true, item_bytes));
+  }
+  if (grad.b) {
+    const auto [at_shape, at] = swap_last_two(a_shape, a);
+    add(matmul_rule(at_shape, at, out_shape, g, b, false, false, true, item_bytes));
+  }
+  return cost;
+}
+
+inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
+                              const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
+                              bool b_vector, bool keep_unreduced, int64_t item_bytes, MatmulGrad grad) {
   DAX_CHECK(a.mesh() == b.mesh(), "matmul: operands must be on the same mesh, got ", to_string(a.mesh()), " and ",
             to_string(b.mesh()));
   const size_t ra = a_shape.size(), rb = b_shape.size();
@@ -91,6 +144,17 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       if (s == to) return c;
     seen.emplace_back(to, reshard_move_cost(shape, from, to));
     return seen.back().second;
+  };
+  // The backward depends on a candidate only through where its result goes: priced once per target.
+  // Batch dimensions that broadcast are summed after the products (sum_to), not priced here.
+  const bool price_backward = grad.any() && !keep_unreduced && a_batch == batch && b_batch == batch;
+  std::vector<std::pair<NamedSharding, BackwardCost>> backward_by_target;
+  auto backward_cost = [&](const NamedSharding& target) {
+    for (const auto& [t, c] : backward_by_target)
+      if (t == target) return c;
+    backward_by_target.emplace_back(target,
+                                    matmul_backward_cost(a_shape, a, b_shape, b, out_shape, target, grad, item_bytes));
+    return backward_by_target.back().second;
   };
   std::vector<int> roles(mesh.num_axes(), R);
   const std::vector<int> order = [&] {  // batch dims first, then M, N, K, replicate
@@ -129,7 +193,7 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       std::vector<int> unreduced = k_axes;
       std::sort(unreduced.begin(), unreduced.end());
       MatmulCandidate c{roles, make_sharding(mesh, ad, {}), make_sharding(mesh, bd, {}),
-                        make_sharding(mesh, od, unreduced), 0, 0, 0, 0, 0, 0, a};
+                        make_sharding(mesh, od, unreduced), 0, 0, 0, 0, 0, 0, 0, a};
       const MoveCost a_move = move_cost(a_moves, a_shape, a, c.a), b_move = move_cost(b_moves, b_shape, b, c.b);
       c.a_cost = a_move.elements;
       c.b_cost = b_move.elements;
@@ -155,6 +219,12 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       for (size_t d = 0; d < nb; ++d) work *= static_cast<double>(largest_chunk(batch[d], c.out.num_pieces(d)));
       c.flops = work;
       c.time = estimated_time(rule.model, c.total(), item_bytes, c.flops, c.collectives);
+      if (price_backward) {
+        const BackwardCost back = backward_cost(c.target);
+        c.backward = back.time;
+        c.time += back.time;
+        c.collectives += back.collectives;
+      }
       if (rule.candidates.empty() || c.time < rule.best().time ||
           (c.time == rule.best().time && c.collectives < rule.best().collectives)) {
         rule.chosen = rule.candidates.size();
@@ -205,7 +275,9 @@ inline std::string explain_matmul_rule(const MatmulRule& rule, const Shape& a_sh
     out << "| A " << to_string(c.a.spec()) << " " << c.a_cost * item_bytes << " B, B " << to_string(c.b.spec())
         << " " << c.b_cost * item_bytes << " B, out " << c.out_cost * item_bytes << " B | total "
         << c.total() * item_bytes << " bytes/device in " << c.collectives << " collective"
-        << (c.collectives == 1 ? "" : "s") << ", " << c.flops << " FLOPs | ~" << time_text(c.time) << "\n";
+        << (c.collectives == 1 ? "" : "s") << ", " << c.flops << " FLOPs | ~" << time_text(c.time);
+    if (c.backward > 0) out << " (backward ~" << time_text(c.backward) << ")";
+    out << "\n";
   }
   return out.str();
 }
