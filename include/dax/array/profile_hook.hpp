@@ -6,6 +6,7 @@
 // autodiff.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -113,7 +114,9 @@ inline int64_t collective_start() {
 
 /// Counts a finished collective in comm_stats() and, while a profile runs, adds it to the trace
 /// and to the comm bytes of every op open around it (`started`: collective_start()'s value).
-inline void count_collective(const std::string& kind, const std::string& axes, int64_t bytes, int64_t started) {
+DAX_OUTLINE void count_collective(const std::string& kind, const std::string& axes, int64_t bytes, int64_t started)
+#if DAX_HEADER_DEFINITIONS
+{
   comm_stats().record(kind, axes, bytes);
   ProfileLog* log = active_profile();
   if (log == nullptr) return;
@@ -127,6 +130,9 @@ inline void count_collective(const std::string& kind, const std::string& axes, i
             {"op", json_string(log->open.empty() ? "" : log->open.back().name)}};
   log->events.push_back(std::move(e));
 }
+#else
+;
+#endif
 
 /// Marks one op for the profile for the lifetime of the scope: its time, the bytes it leaves
 /// allocated (its result, net of temporaries), the bytes its collectives received.

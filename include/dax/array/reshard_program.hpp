@@ -3,6 +3,7 @@
 // are contiguous in a buffer go to the collective in place; the rest are packed in one pass.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,8 +97,10 @@ inline bool group_is_contiguous(const Shape& shape, const ReshardStep& step, con
   return regions_contiguous(shape, step.from, step.to);
 }
 
-inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int device, int64_t item_bytes,
-                              Runtime& rt) {
+DAX_OUTLINE StepProgram build_step(const Shape& shape, const ReshardStep& step, int device, int64_t item_bytes,
+                              Runtime& rt)
+#if DAX_HEADER_DEFINITIONS
+{
   StepProgram p;
   p.kind = step.kind;
   p.axes_text = axes_text(step.from.mesh(), step.axes);
@@ -173,12 +176,20 @@ inline StepProgram build_step(const Shape& shape, const ReshardStep& step, int d
   }
   return p;
 }
+#else
+;
+#endif
 
-inline ReshardProgram build_program(const ReshardPlan& plan, int device, int64_t item_bytes, Runtime& rt) {
+DAX_OUTLINE ReshardProgram build_program(const ReshardPlan& plan, int device, int64_t item_bytes, Runtime& rt)
+#if DAX_HEADER_DEFINITIONS
+{
   ReshardProgram program;
   for (const auto& step : plan.steps) program.steps.push_back(build_step(plan.shape, step, device, item_bytes, rt));
   return program;
 }
+#else
+;
+#endif
 
 /// `cache` (process-wide, never destroyed, holding programs with the runtime's communicators)
 /// tied to the current runtime: cleared when that runtime shuts down, and when a new one is first

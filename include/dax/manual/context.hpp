@@ -2,6 +2,7 @@
 // and the named-axis groups (resolved to mesh axes and a communicator ranked in the order named).
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,7 +82,9 @@ struct AxisGroup {
   std::string text() const { return axes_text(ctx->mesh, axes); }
 };
 
-inline AxisGroup axis_group(const AxisNames& names, const char* op) {
+DAX_OUTLINE AxisGroup axis_group(const AxisNames& names, const char* op)
+#if DAX_HEADER_DEFINITIONS
+{
   const ManualContext& ctx = manual_context(op);
   DAX_CHECK(!names.names().empty(), op, ": needs at least one mesh axis name");
   AxisGroup g{&ctx, {}, 1, 0};
@@ -96,6 +99,9 @@ inline AxisGroup axis_group(const AxisNames& names, const char* op) {
   }
   return g;
 }
+#else
+;
+#endif
 
 /// The mesh axes named by the bits of `mask`, in mesh order.
 inline AxisNames axes_of_mask(const Mesh& mesh, uint64_t mask) {

@@ -7,6 +7,7 @@
 // unreduced operand by others that are not); otherwise every operand is reduced first.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +48,10 @@ inline std::vector<int> kept_unreduced(const std::vector<NamedSharding>& in, Lin
   return {};
 }
 
-inline ElementwiseRule elementwise_rule(const std::vector<Shape>& shapes, const std::vector<NamedSharding>& in,
-                                        Linearity linearity, int64_t item_bytes = 4) {
+DAX_OUTLINE ElementwiseRule elementwise_rule(const std::vector<Shape>& shapes, const std::vector<NamedSharding>& in,
+                                        Linearity linearity, int64_t item_bytes = 4)
+#if DAX_HEADER_DEFINITIONS
+{
   const CostModel model = cost_model();
   const Mesh& mesh = in[0].mesh();
   for (const auto& s : in)
@@ -92,5 +95,8 @@ inline ElementwiseRule elementwise_rule(const std::vector<Shape>& shapes, const 
   }
   return *best;
 }
+#else
+;
+#endif
 
 }  // namespace dax::detail

@@ -42,8 +42,10 @@ auto dax_tree_fields(const AdamWState<Params>*) {
   return std::make_tuple(tree_field("count", &S::count), tree_field("mu", &S::mu), tree_field("nu", &S::nu));
 }
 
-template <Tree Params>
+template <class Params>
 class AdamW {
+  static_assert(is_tree_v<Params>, DAX_NOT_A_TREE_MESSAGE("dax::optim::AdamW: the parameters"));
+
  public:
   using Options = AdamWOptions;
   using State = AdamWState<Params>;

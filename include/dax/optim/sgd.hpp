@@ -40,8 +40,10 @@ auto dax_tree_fields(const SGDState<Params>*) {
   return std::make_tuple(tree_field("count", &S::count), tree_field("momentum", &S::momentum));
 }
 
-template <Tree Params>
+template <class Params>
 class SGD {
+  static_assert(is_tree_v<Params>, DAX_NOT_A_TREE_MESSAGE("dax::optim::SGD: the parameters"));
+
  public:
   using Options = SGDOptions;
   using State = SGDState<Params>;

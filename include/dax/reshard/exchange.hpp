@@ -4,6 +4,7 @@
 // own source whenever it holds the data, and replicas share the sending evenly.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -42,9 +43,11 @@ inline bool is_source(const NamedSharding& from, const std::vector<int>& reduce_
 }
 
 /// The exchange of `device` in a step from `from` to `to` over the mesh axes `axes`.
-inline Exchange exchange_for(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+DAX_OUTLINE Exchange exchange_for(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
                              const std::vector<int>& axes, const std::vector<int>& reduce_axes,
-                             int device) {
+                             int device)
+#if DAX_HEADER_DEFINITIONS
+{
   const Mesh& mesh = from.mesh();
   Exchange ex;
   ex.members = group_members(mesh, axes, device);
@@ -70,6 +73,9 @@ inline Exchange exchange_for(const Shape& shape, const NamedSharding& from, cons
   }
   return ex;
 }
+#else
+;
+#endif
 
 inline int64_t received_elements(const Exchange& ex) {
   int64_t n = 0;
@@ -89,8 +95,10 @@ struct StepFacts {
   int64_t received = 0;
 };
 
-inline std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& shape, const Mesh& mesh,
-                                           const std::vector<int>& reduce_axes) {
+DAX_OUTLINE std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& shape, const Mesh& mesh,
+                                           const std::vector<int>& reduce_axes)
+#if DAX_HEADER_DEFINITIONS
+{
   std::vector<int> out;
   if (numel(shape) == 0) return out;
   // Per mesh axis splitting the source: its dimension, stride and size; decided in one pass.
@@ -133,6 +141,9 @@ inline std::vector<int> find_involved_axes(const StepGeometry& g, const Shape& s
     if (involved[a]) out.push_back(a);
   return out;
 }
+#else
+;
+#endif
 
 /// The facts of a step from `from` to `to` reducing over `reduce_axes`: its group (the mesh
 /// axes over which some device must receive data: a reduced axis when the array has elements; an
@@ -150,8 +161,10 @@ inline void forget_step_memos() {
   step_facts_memo() = {};
 }
 
-inline const StepFacts& step_facts(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
-                                   const std::vector<int>& reduce_axes) {
+DAX_OUTLINE const StepFacts& step_facts(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
+                                   const std::vector<int>& reduce_axes)
+#if DAX_HEADER_DEFINITIONS
+{
   auto& [recent, next] = step_facts_memo();
   for (const StepFacts& f : recent)
     if (f.from == from && f.to == to && f.shape == shape && f.reduce_axes == reduce_axes) return f;
@@ -169,6 +182,9 @@ inline const StepFacts& step_facts(const Shape& shape, const NamedSharding& from
   recent[next] = std::move(f);
   return recent[next];
 }
+#else
+;
+#endif
 
 /// The mesh axes over which some device must receive data in a step (see step_facts).
 inline std::vector<int> involved_axes(const Shape& shape, const NamedSharding& from, const NamedSharding& to,

@@ -2,6 +2,7 @@
 // device) and the totals against the lower bound and the general exchange.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <sstream>
 #include <string>
 
@@ -10,11 +11,16 @@
 
 namespace dax::detail {
 
-inline std::string axes_text(const Mesh& mesh, const std::vector<int>& axes) {
+DAX_OUTLINE std::string axes_text(const Mesh& mesh, const std::vector<int>& axes)
+#if DAX_HEADER_DEFINITIONS
+{
   std::string s = "(";
   for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + mesh.axis_names()[axes[i]] + "'";
   return s + (axes.size() == 1 ? ",)" : ")");
 }
+#else
+;
+#endif
 
 inline std::string explain_plan(const ReshardPlan& plan, int64_t item_bytes) {
   std::ostringstream out;

@@ -12,6 +12,7 @@
 // one pass over devices, never over pairs.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -455,8 +456,10 @@ inline std::pair<std::vector<SeenGeometry>, size_t>& geometry_memo() {
   return memo;
 }
 
-inline std::shared_ptr<const StepGeometry> step_geometry(const Shape& shape, const NamedSharding& from,
-                                                         const NamedSharding& to) {
+DAX_OUTLINE std::shared_ptr<const StepGeometry> step_geometry(const Shape& shape, const NamedSharding& from,
+                                                         const NamedSharding& to)
+#if DAX_HEADER_DEFINITIONS
+{
   using Seen = SeenGeometry;
   auto& [recent, next] = geometry_memo();
   for (const Seen& x : recent)
@@ -470,6 +473,9 @@ inline std::shared_ptr<const StepGeometry> step_geometry(const Shape& shape, con
   recent[next] = std::move(x);
   return recent[next].geometry;
 }
+#else
+;
+#endif
 
 /// The largest piece any device holds under `s` (one dimension's largest chunk times the others').
 inline int64_t largest_piece(const Shape& shape, const NamedSharding& s) {
@@ -524,7 +530,9 @@ inline bool target_inside_source(const StepGeometry& g) {
 /// The most elements a device receives when every device gets its target piece from the devices
 /// holding it, summing partials over `reduce_group` devices: of the reduce_group copies of its
 /// target piece that exist across sources, it holds the part overlapping its own piece.
-inline int64_t most_received(const StepGeometry& g, int64_t reduce_group) {
+DAX_OUTLINE int64_t most_received(const StepGeometry& g, int64_t reduce_group)
+#if DAX_HEADER_DEFINITIONS
+{
   // The value grows with each group's target size and shrinks with its overlap: per target size
   // keep the smallest overlap, then try every combination of the groups' sizes.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> best(g.num_groups());
@@ -556,5 +564,8 @@ inline int64_t most_received(const StepGeometry& g, int64_t reduce_group) {
     if (k == 0) return most;
   }
 }
+#else
+;
+#endif
 
 }  // namespace dax::detail

@@ -8,6 +8,7 @@
 // sizes (piece_math.hpp), so every rank reaches the same plan without visiting every device pair.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -58,7 +59,9 @@ inline std::vector<int> minus(const std::vector<int>& a, const std::vector<int>&
   return out;
 }
 
-inline ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& src, const NamedSharding& dst) {
+DAX_OUTLINE ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& src, const NamedSharding& dst)
+#if DAX_HEADER_DEFINITIONS
+{
   DAX_CHECK(src.mesh() == dst.mesh(), "reshard: source and target must be on the same mesh, got ",
             to_string(src.mesh()), " and ", to_string(dst.mesh()));
   src.check_rank(shape);
@@ -130,5 +133,8 @@ inline ReshardPlan plan_reshard(const Shape& shape, const NamedSharding& src, co
   plan.elements = plan_elements(plan.steps);
   return plan;
 }
+#else
+;
+#endif
 
 }  // namespace dax::detail

@@ -2,6 +2,7 @@
 // shardings from old ones.
 #pragma once
 
+#include <dax/core/compiled_mode.hpp>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,10 @@ namespace dax::detail {
 
 /// A sharding on `mesh` whose dimension d is split over mesh axes dims[d] (major first) and
 /// whose value is unreduced over the mesh axes `unreduced`.
-inline NamedSharding make_sharding(const Mesh& mesh, const std::vector<std::vector<int>>& dims,
-                                   const std::vector<int>& unreduced) {
+DAX_OUTLINE NamedSharding make_sharding(const Mesh& mesh, const std::vector<std::vector<int>>& dims,
+                                   const std::vector<int>& unreduced)
+#if DAX_HEADER_DEFINITIONS
+{
   std::vector<PartitionSpec::Entry> entries;
   for (const auto& axes_of_dim : dims) {
     if (axes_of_dim.empty()) {
@@ -29,6 +32,9 @@ inline NamedSharding make_sharding(const Mesh& mesh, const std::vector<std::vect
   for (int a : unreduced) names.push_back(mesh.axis_names()[a]);
   return NamedSharding(mesh, PartitionSpec(entries).with_unreduced(names));
 }
+#else
+;
+#endif
 
 /// The split axes of every dimension of `s` up to rank `ndim`.
 inline std::vector<std::vector<int>> dims_of(const NamedSharding& s, size_t ndim) {
