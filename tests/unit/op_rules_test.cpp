@@ -192,6 +192,15 @@ TEST_CASE("matmul rule: time, not bytes alone (issue 16's batch-32 weight gradie
   CHECK(bytes_only.chosen == 3);
 }
 
+// The attention's output projection O (512, 128) @ Wo (128, 128), Wo split by rows over 'model'
+// and the result wanted P('data'), chosen under cost model m.
+dax::detail::MatmulRule output_projection_rule(const Mesh& mesh, P o_spec, const dax::CostModel& m) {
+  ScopedModel scoped(m);
+  return dax::detail::matmul_rule({512, 128}, NamedSharding(mesh, o_spec), {128, 128},
+                                  NamedSharding(mesh, P("model", dax::none)), NamedSharding(mesh, P("data")), false,
+                                  false);
+}
+
 TEST_CASE("matmul rule: on the CPU's model a row-parallel product is one all-reduce at 2 ranks (issue 39)",
           "[ops][matmul][cost]") {
   // transformer_lm at 2 ranks, mesh (data 1, model 2): O (512, 128) split by heads over model,
@@ -200,13 +209,8 @@ TEST_CASE("matmul rule: on the CPU's model a row-parallel product is one all-red
   // receive 57,344 in three. Without a fixed cost per collective the CPU took the three (33
   // collectives and 3.41 MB a step instead of 13 and 2.62 MB); 5 us each makes it one.
   const Mesh mesh({1, 2}, {"data", "model"});
-  auto s = [&](P p) { return NamedSharding(mesh, p); };
   const Shape o{512, 128}, wo{128, 128};
-  const auto rule_under = [&](const dax::CostModel& m) {
-    ScopedModel scoped(m);
-    return dax::detail::matmul_rule(o, s(P(dax::none, "model")), wo, s(P("model", dax::none)), s(P("data")), false,
-                                    false);
-  };
+  const auto rule_under = [&](const dax::CostModel& m) { return output_projection_rule(mesh, P(dax::none, "model"), m); };
   const auto gathered = rule_under({5e9, 50e9, 0});
   INFO(dax::detail::explain_matmul_rule(gathered, o, wo, 4));
   CHECK(gathered.best().collectives == 3);
@@ -254,13 +258,8 @@ TEST_CASE("matmul rule: a fixed cost per collective keeps Megatron's one all-red
   // collectives where one does; in a backward, three such products are summed before Megatron's
   // one all-reduce, so the gathers lose overall (transformer_lm at 4 ranks on an H100).
   const Mesh mesh({2, 2}, {"data", "model"});
-  auto s = [&](P p) { return NamedSharding(mesh, p); };
   const Shape o{512, 128}, wo{128, 128};
-  const auto rule_under = [&](const dax::CostModel& m) {
-    ScopedModel scoped(m);
-    return dax::detail::matmul_rule(o, s(P("data", "model")), wo, s(P("model", dax::none)), s(P("data")), false,
-                                    false);
-  };
+  const auto rule_under = [&](const dax::CostModel& m) { return output_projection_rule(mesh, P("data", "model"), m); };
   const dax::CostModel no_latency{100e9, 400e12, 0};
   const auto gathered = rule_under(no_latency);
   INFO(dax::detail::explain_matmul_rule(gathered, o, wo, 4));
