@@ -1,9 +1,8 @@
 // The runner of the multi-rank tests: starts the dax runtime, runs Catch on every rank (the
 // heading names the rank), and exits non-zero on every rank if any rank failed.
-#define CATCH_CONFIG_RUNNER
-#include "../common/catch_mpi_runner.hpp"
-
 #include <dax/dax.hpp>
+
+#include "../common/catch_runner.hpp"
 
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
