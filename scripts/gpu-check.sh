@@ -16,8 +16,8 @@
 #                                      OUTDIR/test-summary.txt or $DAX_GPU_TEST_SUMMARY, else from a
 #                                      run of the test phase first.
 #   scripts/gpu-check.sh sanitize OUTDIR
-#                                      build the kernel tests if missing and run them under
-#                                      compute-sanitizer: memcheck (memory errors; the API errors
+#                                      build the CUDA tests (dax_cuda_tests) if missing and run
+#                                      its kernels and smoke programs under compute-sanitizer: memcheck (memory errors; the API errors
 #                                      that the out-of-memory test causes on purpose are not
 #                                      counted) and racecheck (shared-memory hazards). Where the
 #                                      machine refuses the tool (gVisor: "Device not supported"), the
@@ -244,8 +244,9 @@ configure_and_build() {
 
 # ---- test ----
 if [ "$PHASE" = test ]; then
+  # dax_cuda_tests: every nvcc-built test in one program (tests/cuda/CMakeLists.txt);
   # dax_examples_cuda: every example's nvcc copy in one program (examples/CMakeLists.txt).
-  targets=(dax_cuda_smoke dax_cuda_kernels_test dax_cuda_big_sizes_test dax_cuda_transport_test dax_cuda_mpi_tests dax_examples_cuda)
+  targets=(dax_cuda_tests dax_examples_cuda)
   configure_and_build "${targets[@]}"
   if [ $BUILT -eq 0 ]; then
     # Leave 15 s to write the summary; every test has its own TIMEOUT (120 s at most) too. With a
@@ -280,20 +281,23 @@ fi
 
 # ---- sanitize ----
 if [ "$PHASE" = sanitize ]; then
-  programs=(dax_cuda_kernels_test dax_cuda_smoke)
-  configure_and_build "${programs[@]}"
+  # The kernel tests and the smoke test: programs of dax_cuda_tests, named by its first argument.
+  programs=(kernels smoke)
+  configure_and_build dax_cuda_tests
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ $BUILT -ne 0 ]; then
     note sanitize FAIL 0 "not run: the build failed"
   elif [ ! -x "$sanitizer" ]; then
     note sanitize SKIP 0 "not runnable on this machine: compute-sanitizer is not installed"
   else
+    exe=$(find "$BUILD" -type f -name dax_cuda_tests -perm -u+x -print -quit)
+    [ -n "$exe" ] || programs=()
+    [ -n "$exe" ] || note sanitize FAIL 0 "not run: no dax_cuda_tests program in $BUILD"
     for program in "${programs[@]}"; do
-      exe=$(find "$BUILD" -type f -name "$program" -perm -u+x -print -quit)
       for tool in memcheck racecheck; do
         args=(--tool "$tool")
         [ "$tool" = memcheck ] && args+=(--report-api-errors no)
-        step "$tool.$program" "$(($(left) - 10))" "$sanitizer" "${args[@]}" "$exe"
+        step "$tool.$program" "$(($(left) - 10))" "$sanitizer" "${args[@]}" "$exe" "$program"
         log=$WORK/$tool.$program.log
         if grep -q "Device not supported\|not supported on this\|Failed to initialize" "$log"; then
           note "$tool" SKIP $SECS "$program: not runnable on this machine ($(grep -m 1 -o 'Device not supported.*\|Failed to initialize.*' "$log" | cut -c1-80))"
