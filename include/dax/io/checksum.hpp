@@ -7,13 +7,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <dax/core/shape.hpp>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define DAX_CHECKSUM_X86 1
-#include <immintrin.h>
 #endif
 
 namespace dax::detail::checkpoint {
@@ -66,76 +66,64 @@ uint64_t run_checksum_scalar(const T* data, int64_t count, int64_t first) {
 }
 
 #ifdef DAX_CHECKSUM_X86
-// Eight (AVX-512) or four (AVX2) elements per step, in 64-bit lanes; 4-byte elements are
-// zero-extended as bits_of does. AVX2 has no 64-bit multiply: it is built from 32-bit halves.
+// Eight (AVX-512) or four (AVX2) elements per step, in 64-bit lanes of the compiler's vector
+// extensions (GCC's and clang's), not <immintrin.h>: its 36k lines were read by every program that
+// includes dax. The lanes' body is inlined into the two functions below, whose target attributes
+// let the compiler use the wide instructions (on AVX2 it builds the 64-bit multiply from 32-bit
+// halves). No vector is passed by value, so no ABI depends on the target.
+typedef uint64_t checksum_u64x4 __attribute__((vector_size(32)));
+typedef uint64_t checksum_u64x8 __attribute__((vector_size(64)));
+
+/// splitmix64's finalizer on each lane, in place (by reference: no vector passed by value).
+template <class Words>
+[[gnu::always_inline]] inline void mix_lanes(Words& z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+}
+
+template <int Lanes, class T>
+[[gnu::always_inline]] inline uint64_t run_checksum_lanes(const T* data, int64_t count, int64_t first) {
+  using Words = std::conditional_t<Lanes == 8, checksum_u64x8, checksum_u64x4>;
+  constexpr int Bytes = sizeof(T);
+  // 8-byte elements: one per lane. 4-byte elements: two per 64-bit word, the even-indexed one in
+  // the low half (little-endian), split apart with a mask and a shift rather than widened.
+  constexpr int PerStep = Bytes == 4 ? 2 * Lanes : Lanes;
+  constexpr uint64_t stride = Bytes == 4 ? 2 : 1;
+  Words key = {}, acc = {};
+  for (int lane = 0; lane < Lanes; ++lane) key[lane] = (static_cast<uint64_t>(first) + stride * lane) * index_step;
+  const uint64_t step = PerStep * index_step;
+  const char* p = reinterpret_cast<const char*>(data);
+  int64_t k = 0;
+  for (; k + PerStep <= count; k += PerStep, p += PerStep * Bytes) {
+    Words z;
+    std::memcpy(&z, p, sizeof z);
+    if constexpr (Bytes == 4) {
+      Words even = (z & 0xffffffffull) + key, odd = (z >> 32) + (key + index_step);
+      mix_lanes(even);
+      mix_lanes(odd);
+      acc += even + odd;
+    } else {
+      z += key;
+      mix_lanes(z);
+      acc += z;
+    }
+    key += step;
+  }
+  uint64_t sum = 0;
+  for (int lane = 0; lane < Lanes; ++lane) sum += acc[lane];
+  return sum + run_checksum_scalar(data + k, count - k, first + k);
+}
 
 template <class T>
 __attribute__((target("avx512f,avx512dq"))) inline uint64_t run_checksum_avx512(const T* data, int64_t count,
                                                                               int64_t first) {
-  constexpr int Bytes = sizeof(T);
-  const __m512i c1 = _mm512_set1_epi64(static_cast<long long>(0xbf58476d1ce4e5b9ull));
-  const __m512i c2 = _mm512_set1_epi64(static_cast<long long>(0x94d049bb133111ebull));
-  const __m512i step = _mm512_set1_epi64(static_cast<long long>(8 * index_step));
-  const __mmask8 all = 0xff;
-  const __m512i lane_index = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
-  __m512i key = _mm512_mullo_epi64(_mm512_add_epi64(_mm512_set1_epi64(first), lane_index),
-                                   _mm512_set1_epi64(static_cast<long long>(index_step)));
-  __m512i acc = _mm512_setzero_si512();
-  const char* p = reinterpret_cast<const char*>(data);
-  int64_t k = 0;
-  for (; k + 8 <= count; k += 8, p += 8 * Bytes) {
-    __m512i z;
-    // (The maskz forms with every lane kept: GCC 12 warns of "uninitialized" values inside the
-    // unmasked ones at -O1.)
-    if constexpr (Bytes == 4)
-      z = _mm512_maskz_cvtepu32_epi64(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    else z = _mm512_loadu_si512(p);
-    z = _mm512_add_epi64(z, key);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_maskz_srli_epi64(all, z, 30)), c1);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_maskz_srli_epi64(all, z, 27)), c2);
-    acc = _mm512_add_epi64(acc, _mm512_xor_si512(z, _mm512_maskz_srli_epi64(all, z, 31)));
-    key = _mm512_add_epi64(key, step);
-  }
-  uint64_t lanes[8];
-  _mm512_storeu_si512(lanes, acc);
-  uint64_t sum = 0;
-  for (uint64_t lane : lanes) sum += lane;
-  return sum + run_checksum_scalar(data + k, count - k, first + k);
-}
-
-__attribute__((target("avx2"))) inline __m256i mul64_avx2(__m256i a, __m256i b) {
-  const __m256i low = _mm256_mul_epu32(a, b);
-  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
-                                         _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
-  return _mm256_add_epi64(low, _mm256_slli_epi64(cross, 32));
+  return run_checksum_lanes<8>(data, count, first);
 }
 
 template <class T>
 __attribute__((target("avx2"))) inline uint64_t run_checksum_avx2(const T* data, int64_t count, int64_t first) {
-  constexpr int Bytes = sizeof(T);
-  const __m256i c1 = _mm256_set1_epi64x(static_cast<long long>(0xbf58476d1ce4e5b9ull));
-  const __m256i c2 = _mm256_set1_epi64x(static_cast<long long>(0x94d049bb133111ebull));
-  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(4 * index_step));
-  const uint64_t k0 = static_cast<uint64_t>(first) * index_step;
-  __m256i key = _mm256_setr_epi64x(static_cast<long long>(k0), static_cast<long long>(k0 + index_step),
-                                   static_cast<long long>(k0 + 2 * index_step),
-                                   static_cast<long long>(k0 + 3 * index_step));
-  __m256i acc = _mm256_setzero_si256();
-  const char* p = reinterpret_cast<const char*>(data);
-  int64_t k = 0;
-  for (; k + 4 <= count; k += 4, p += 4 * Bytes) {
-    __m256i z;
-    if constexpr (Bytes == 4) z = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    else z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    z = _mm256_add_epi64(z, key);
-    z = mul64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1);
-    z = mul64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2);
-    acc = _mm256_add_epi64(acc, _mm256_xor_si256(z, _mm256_srli_epi64(z, 31)));
-    key = _mm256_add_epi64(key, step);
-  }
-  uint64_t lanes[4];
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc);
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3] + run_checksum_scalar(data + k, count - k, first + k);
+  return run_checksum_lanes<4>(data, count, first);
 }
 
 /// The widest kernel this CPU runs: 2 = AVX-512 (F and DQ), 1 = AVX2, 0 = scalar.
