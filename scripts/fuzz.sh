@@ -8,13 +8,17 @@ DAX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DAX_FUZZ_BUILD:-$DAX_ROOT/build-fuzz}
 seconds=${DAX_FUZZ_SECONDS:-60}
 jobs=$(nproc 2>/dev/null || echo 2)
+generator=""  # Ninja for a new build directory, as in setup.sh
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then
+  generator="-G Ninja"
+fi
 launcher=""  # ccache as in setup.sh
 if [ "${DAX_CCACHE:-1}" != "0" ] && command -v ccache >/dev/null 2>&1; then
   export CCACHE_BASEDIR="$DAX_ROOT" CCACHE_NOHASHDIR=1
   launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
 fi
 
-cmake -S "$DAX_ROOT" -B "$build" $launcher -DCMAKE_CXX_COMPILER="${DAX_FUZZ_CXX:-clang++}" \
+cmake -S "$DAX_ROOT" -B "$build" $generator $launcher -DCMAKE_CXX_COMPILER="${DAX_FUZZ_CXX:-clang++}" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DDAX_BUILD_FUZZERS=ON \
   -DDAX_BUILD_TESTS=OFF -DDAX_BUILD_EXAMPLES=OFF -DDAX_BUILD_BENCHMARKS=OFF -DDAX_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target dax_planner_fuzz

@@ -6,6 +6,10 @@ set -euo pipefail
 DAX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DAX_ASAN_BUILD:-$DAX_ROOT/build-asan}
 jobs=$(nproc 2>/dev/null || echo 2)
+generator=""  # Ninja for a new build directory, as in setup.sh
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then
+  generator="-G Ninja"
+fi
 launcher=""  # ccache as in setup.sh
 if [ "${DAX_CCACHE:-1}" != "0" ] && command -v ccache >/dev/null 2>&1; then
   export CCACHE_BASEDIR="$DAX_ROOT" CCACHE_NOHASHDIR=1
@@ -13,7 +17,7 @@ if [ "${DAX_CCACHE:-1}" != "0" ] && command -v ccache >/dev/null 2>&1; then
 fi
 
 # -O0 builds in a third of -O1's time, which is most of this stage's; -g1 keeps line numbers.
-cmake -S "$DAX_ROOT" -B "$build" $launcher -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="${DAX_ASAN_OPT:--O0 -g1}" \
+cmake -S "$DAX_ROOT" -B "$build" $generator $launcher -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="${DAX_ASAN_OPT:--O0 -g1}" \
   -DDAX_SANITIZE=ON -DDAX_BUILD_EXAMPLES=OFF -DDAX_BUILD_BENCHMARKS=OFF -DDAX_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target dax_unit_tests dax_mpi_tests dax_io_tests
 
