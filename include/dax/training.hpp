@@ -1,5 +1,6 @@
 // dax's training: parameter trees (and their checkpoints), value_and_grad / grad / vjp, remat and
-// custom_vjp, the optimizers and the layers of nn/. dax.hpp includes it.
+// custom_vjp, the optimizers, the layers of nn/ and the pipeline schedules of parallel/. dax.hpp
+// includes it.
 #pragma once
 
 #include <dax/array.hpp>
@@ -12,6 +13,7 @@
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/optim/optim.hpp>
 #include <dax/nn/nn.hpp>
+#include <dax/parallel/schedule.hpp>
 
 // Compiled mode: the layers for the common element types are already compiled in dax's library.
 #if defined(DAX_COMPILED_LIBRARY) && !defined(DAX_HAS_CUDA)
