@@ -148,37 +148,29 @@ DAX_OUTLINE Schedule make_schedule(ScheduleKind kind, int stages, int microbatch
       // Built by playing it out with unit costs: a free stage runs a ready B (input gradient)
       // first, then the next forward while fewer than 1F1B's (stages - index) microbatches wait
       // for their B, and only then a pending W (weight gradient), which nothing waits for: the W
-      // passes fill what would be 1F1B's bubble.
-      std::vector<int> next_forward(p, 0), inputs_done(p, 0);
+      // passes fill what would be 1F1B's bubble. Each pass kind runs in microbatch order on a
+      // stage (a B needs the next stage's B of the same microbatch, in order by induction from the
+      // last stage), so three counts say which pass of each kind comes next.
+      std::vector<int> forwards(p, 0), inputs(p, 0), weights(p, 0);
       std::vector<std::vector<double>> f_end(p, std::vector<double>(m, -1)), b_end = f_end;
       std::vector<double> free_at(p, 0);
-      std::vector<std::vector<int>> pending_w(p);
       int remaining = 3 * p * m;
       double now = 0;
+      const auto done_by_now = [&](double end) { return end >= 0 && end <= now; };
       while (remaining > 0) {
         for (int d = 0; d < p; ++d) {
           if (free_at[d] > now) continue;
-          const int held = next_forward[d] - inputs_done[d];
-          int pick_b = -1;
-          for (int i = 0; i < next_forward[d]; ++i)
-            if (b_end[d][i] < 0 && f_end[d][i] >= 0 && f_end[d][i] <= now &&
-                (d == p - 1 || (b_end[d + 1][i] >= 0 && b_end[d + 1][i] <= now))) {
-              pick_b = i;
-              break;
-            }
-          const int i = next_forward[d];
-          if (pick_b >= 0) {
-            s.actions[d].push_back({Pass::backward_input, pick_b, d});
-            b_end[d][pick_b] = now + 1;
-            pending_w[d].push_back(pick_b);
-            ++inputs_done[d];
-          } else if (i < m && held < std::min(p - d, m) && (d == 0 || (f_end[d - 1][i] >= 0 && f_end[d - 1][i] <= now))) {
-            s.actions[d].push_back({Pass::forward, i, d});
-            f_end[d][i] = now + 1;
-            ++next_forward[d];
-          } else if (!pending_w[d].empty()) {
-            s.actions[d].push_back({Pass::backward_weight, pending_w[d].front(), d});
-            pending_w[d].erase(pending_w[d].begin());
+          const int f = forwards[d], b = inputs[d];
+          if (b < f && done_by_now(f_end[d][b]) && (d == p - 1 || done_by_now(b_end[d + 1][b]))) {
+            s.actions[d].push_back({Pass::backward_input, b, d});
+            b_end[d][b] = now + 1;
+            ++inputs[d];
+          } else if (f < m && f - b < std::min(p - d, m) && (d == 0 || done_by_now(f_end[d - 1][f]))) {
+            s.actions[d].push_back({Pass::forward, f, d});
+            f_end[d][f] = now + 1;
+            ++forwards[d];
+          } else if (weights[d] < b) {
+            s.actions[d].push_back({Pass::backward_weight, weights[d]++, d});
           } else {
             continue;
           }
