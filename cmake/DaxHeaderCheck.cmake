@@ -18,5 +18,8 @@ function(dax_add_header_check target link ext)
   if(ext STREQUAL "cpp" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -O0)
     set_target_properties(${target} PROPERTIES CXX_COMPILER_LAUNCHER ${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh)
+  elseif(ext STREQUAL "cu" AND CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA")
+    # nvcc: the CUDA front end and the device compile, not the host compiler's pass (syntax_only.sh).
+    set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER ${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh)
   endif()
 endfunction()
