@@ -13,6 +13,7 @@
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/optim/optim.hpp>
 #include <dax/nn/nn.hpp>
+#include <dax/parallel/pipeline.hpp>
 #include <dax/parallel/schedule.hpp>
 
 // Compiled mode: the layers for the common element types are already compiled in dax's library.

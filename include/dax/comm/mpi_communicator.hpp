@@ -381,6 +381,23 @@ class MpiCommunicator final : public Communicator {
     return p;
   }
 
+  std::unique_ptr<PendingCollective> start_send(const void* send, int dst, int64_t count, DType type,
+                                                int tag) override {
+    Guard guard(checks_, "send (point-to-point)", count, type, /*compare=*/false);
+    auto p = std::make_unique<Pending>(checks_, guard);
+    guard.check_started(MPI_Isend(send, mpi_count(count), mpi_type(type), dst, tag, comm_, &p->requests[0]),
+                        "MPI_Isend");
+    return p;
+  }
+
+  std::unique_ptr<PendingCollective> start_recv(void* recv, int src, int64_t count, DType type, int tag) override {
+    Guard guard(checks_, "recv (point-to-point)", count, type, /*compare=*/false);
+    auto p = std::make_unique<Pending>(checks_, guard);
+    guard.check_started(MPI_Irecv(recv, mpi_count(count), mpi_type(type), src, tag, comm_, &p->requests[0]),
+                        "MPI_Irecv");
+    return p;
+  }
+
   std::unique_ptr<PendingCollective> start_exchange(const PreparedExchange& prepared, const void* send,
                                                     void* recv) override {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);  // its arrays outlive the call (the plan holds it)
