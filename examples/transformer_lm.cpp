@@ -11,6 +11,10 @@
 // Run with `mpirun -np N`. The model and the mesh are flags, checked before anything runs:
 //   transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]
 //                  [--mesh data=X,model=Y] [--fsdp]
+//                  [--pp N [--schedule GPipe|1F1B|Interleaved1F1B] [--microbatches M] [--virtual-stages V]]
+// --pp N adds a 'stage' axis of N (mesh data x stage x model) and trains through dax::pipeline:
+// the layers cut into N * V chunks, the batch into M microbatches (default 2N), checked the same
+// way plus each stage's peak activations against the schedule and the stage transfers' bytes.
 // Without --mesh, an even N makes a (N/2, 2) mesh, an odd N an (N, 1) one. The bytes are checked
 // where the formulas apply (the data axis divides the batch); elsewhere the output says why not.
 #include <dax/dax.hpp>
@@ -29,6 +33,9 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "transformer_lm.hpp"
@@ -125,6 +132,99 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
   return run;
 }
 
+/// What a pipelined run adds: the last step's stage times, bubble and peaks, and its bytes
+/// against the formulas (this device's).
+struct PipelineReport {
+  dax::pipeline::StepStats stats;
+  double sent_received = 0, sent_formula = 0;  // activations and gradients received over 'stage'
+  double data_parallel = 0, data_formula = 0;  // all-reduce of this stage's gradients over 'data'
+  double megatron = 0, megatron_formula = 0;   // all-reduces over 'model' (the cross-entropy's included)
+  bool ok = true;
+};
+
+/// The same training through dax::pipeline on a (data, stage, model) mesh: the layers cut into
+/// stages * virtual_stages chunks, each step's batch into microbatches (the same batches, so the
+/// losses are the unpipelined run's), AdamW over the chunks' parameters, clipping by the norm of
+/// every stage's gradients together.
+Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, const dax::pipeline::Schedule& schedule,
+                    const std::string& text, int steps, bool print, PipelineReport& report) {
+  const int chunks = schedule.chunks(), m = schedule.microbatches, stages = schedule.stages;
+  lm::Config mc = c;  // one microbatch
+  mc.batch = c.batch / m;
+  std::vector<lm::Layout> layouts;  // per stage
+  for (int s = 0; s < stages; ++s) layouts.push_back({dax::pipeline::stage_mesh(mesh, "stage", s), fsdp});
+  const auto layout_of = [&](int chunk) -> const lm::Layout& { return layouts[size_t(schedule.stage_of(chunk))]; };
+  auto pipe = dax::pipeline::make<float>(
+      mesh, schedule,
+      [&](int chunk, const lm::Chunk& p, const auto& x) { return lm::chunk_forward(mc, layout_of(chunk), p, x); },
+      [](const lm::Array& logits, const lm::Ids& labels) { return dax::cross_entropy(logits, labels); });
+  std::vector<lm::Chunk> params;
+  for (int k = 0; k < chunks; ++k) params.push_back(lm::init_chunk(c, layout_of(k), 7, k, chunks));
+  dax::optim::AdamW opt(params, {.lr = dax::optim::warmup_cosine(3e-3, std::min(20, steps / 4), steps, 3e-4), .weight_decay = 0.01});
+  Run run;
+  std::mt19937 gen(99);
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t rows = mc.tokens();
+  for (int step = 1; step <= steps; ++step) {
+    const Batch b = make_batch(text, c, gen);
+    std::vector<lm::Ids> inputs, targets;
+    for (int i = 0; i < m; ++i) {
+      const auto part = [&](const std::vector<int32_t>& v) {
+        return std::vector<int32_t>(v.begin() + i * rows, v.begin() + (i + 1) * rows);
+      };
+      inputs.push_back(dax::device_put(part(b.ids), {rows}, layout_of(0).tokens()));
+      targets.push_back(dax::device_put(part(b.labels), {rows}, layout_of(chunks - 1).tokens()));
+    }
+    dax::comm_stats().reset();
+    auto [loss, grads] = pipe.value_and_grad(params, inputs, targets);
+    opt.step(params, dax::optim::clip_by_global_norm(grads, 1.0, pipe.global_norm(grads)));
+    run.last_step = dax::comm_stats();
+    run.losses.push_back(loss.to_host()[0]);
+    if (print && (step % 10 == 0 || step == steps)) {
+      std::cout << "loss, steps " << std::setw(3) << (step - 1) / 10 * 10 + 1 << "-" << std::setw(3) << step << ":"
+                << std::fixed << std::setprecision(4);
+      for (int s = (step - 1) / 10 * 10; s < step; ++s) std::cout << " " << run.losses[static_cast<size_t>(s)];
+      std::cout << std::defaultfloat << "\n";
+    }
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // The last step's bytes on this device against the formulas, over each axis.
+  report.stats = pipe.last_stats();
+  const int device = dax::Runtime::current().rank(), stage = pipe.stage();
+  const lm::Layout& here = layouts[size_t(stage)];
+  const double n_data = double(mesh.axis_size("data")), n_model = double(mesh.axis_size("model"));
+  const double tokens_here = double(rows) / n_data, activation = tokens_here * double(c.d_model) * 4;
+  double pieces = 0, reduces = 0, cross_entropy = 0;
+  for (int k = 0; k < chunks; ++k) {
+    if (schedule.stage_of(k) != stage) continue;
+    pieces += lm::pieces_bytes(here, params[size_t(k)], device);
+    // Megatron per microbatch: two all-reduces a layer forward and two backward, the embedding's
+    // forward on the first chunk, the head input's backward on the last.
+    reduces += 4.0 * double(params[size_t(k)].layers.size()) + (k == 0) + (k == chunks - 1);
+    if (k == chunks - 1) cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4 * m;
+    // A chunk boundary to another stage: m activations in, or m gradients in.
+    if (k > 0 && schedule.stage_of(k - 1) != stage) report.sent_formula += m * activation;
+    if (k + 1 < chunks && schedule.stage_of(k + 1) != stage) report.sent_formula += m * activation;
+  }
+  const auto& st = run.last_step;
+  report.sent_received = double(st.of("send_recv", "('stage',)").bytes);
+  report.megatron = double(st.of("all_reduce", "('model',)").bytes);
+  report.megatron_formula = reduces * m * 2 * (n_model - 1) / n_model * activation + cross_entropy;
+  constexpr double tolerance = 64;  // the scalars: the loss's mean and the clipping norm
+  if (fsdp) {
+    report.data_parallel = double(st.of("all_gather", "('data',)").bytes + st.of("reduce_scatter", "('data',)").bytes);
+    report.data_formula = m * 2 * (n_data - 1) / n_data * pieces;  // gathered again for each microbatch
+  } else {
+    report.data_parallel = double(st.of("all_reduce", "('data',)").bytes);
+    report.data_formula = 2 * (n_data - 1) / n_data * pieces;
+  }
+  report.ok = std::abs(report.sent_received - report.sent_formula) < 1 &&
+              std::abs(report.data_parallel - report.data_formula) <= tolerance &&
+              report.megatron <= report.megatron_formula + tolerance;
+  return run;
+}
+
 }  // namespace
 
 /// The command line, checked before anything runs: every problem is named with the values that
@@ -134,8 +234,23 @@ struct Options {
   int steps = 200;
   bool fsdp = false;
   int64_t data = 0, model = 0;  // the mesh's axes; 0: the default for the job's size
+  int64_t pp = 1;               // --pp: pipeline stages (a 'stage' axis between 'data' and 'model')
+  std::string schedule = "1F1B";
+  int64_t microbatches = 0, virtual_stages = 0;  // 0: 2 * pp microbatches; 2 virtual stages if interleaved
   std::string error;            // empty when the options are usable
 };
+
+/// The schedule a --schedule name means (GPipe, 1F1B, Interleaved1F1B; any case).
+std::optional<dax::pipeline::ScheduleKind> schedule_named(std::string name) {
+  for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  using K = dax::pipeline::ScheduleKind;
+  for (K k : {K::gpipe, K::one_f_one_b, K::interleaved_1f1b, K::zero_bubble_h1}) {
+    std::string n = dax::pipeline::to_string(k);
+    for (auto& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (n == name) return k;
+  }
+  return std::nullopt;
+}
 
 Options parse_options(int argc, char** argv, int ranks) {
   Options o;
@@ -152,8 +267,13 @@ Options parse_options(int argc, char** argv, int ranks) {
     const bool has_value = i + 1 < argc;
     if (flag == "--fsdp") o.fsdp = true;
     else if (!has_value && (flag == "--steps" || flag == "--layers" || flag == "--d-model" || flag == "--heads" ||
-                            flag == "--seq" || flag == "--batch" || flag == "--mesh"))
+                            flag == "--seq" || flag == "--batch" || flag == "--mesh" || flag == "--pp" ||
+                            flag == "--schedule" || flag == "--microbatches" || flag == "--virtual-stages"))
       why << flag << " needs a value; ";
+    else if (flag == "--pp") positive("--pp", argv[++i], o.pp);
+    else if (flag == "--schedule") o.schedule = argv[++i];
+    else if (flag == "--microbatches") positive("--microbatches", argv[++i], o.microbatches);
+    else if (flag == "--virtual-stages") positive("--virtual-stages", argv[++i], o.virtual_stages);
     else if (flag == "--steps") positive("--steps", argv[++i], steps);
     else if (flag == "--layers") positive("--layers", argv[++i], o.config.layers);
     else if (flag == "--d-model") positive("--d-model", argv[++i], o.config.d_model);
@@ -175,13 +295,34 @@ Options parse_options(int argc, char** argv, int ranks) {
   }
   o.steps = static_cast<int>(steps);
   const lm::Config& c = o.config;
+  const auto kind = schedule_named(o.schedule);
+  if (!kind)
+    why << "--schedule expects GPipe, 1F1B or Interleaved1F1B, got '" << o.schedule << "'; ";
+  if (why.str().empty() && ranks % o.pp != 0)
+    why << "--pp " << o.pp << " does not divide the job's " << ranks << " ranks; ";
   if (why.str().empty()) {
-    if (o.data == 0 && o.model == 0) o.model = ranks % 2 == 0 ? 2 : 1;
-    if (o.data == 0 && ranks % o.model == 0) o.data = ranks / o.model;
-    if (o.model == 0 && ranks % o.data == 0) o.model = ranks / o.data;
-    if (o.data * o.model != ranks)
-      why << "--mesh data=" << o.data << ",model=" << o.model << " has " << o.data * o.model
-          << " devices, but the job has " << ranks << " ranks; ";
+    const int64_t per_stage = ranks / o.pp;  // the devices of one stage: data x model
+    if (o.data == 0 && o.model == 0) o.model = per_stage % 2 == 0 ? 2 : 1;
+    if (o.data == 0 && per_stage % o.model == 0) o.data = per_stage / o.model;
+    if (o.model == 0 && per_stage % o.data == 0) o.model = per_stage / o.data;
+    if (o.data * o.model * o.pp != ranks)
+      why << "--mesh data=" << o.data << ",model=" << o.model << (o.pp > 1 ? " with --pp " + std::to_string(o.pp) : "")
+          << " has " << o.data * o.model * o.pp << " devices, but the job has " << ranks << " ranks; ";
+    if (o.microbatches == 0) o.microbatches = o.pp == 1 ? 1 : 2 * o.pp;
+    const bool interleaved = *kind == dax::pipeline::ScheduleKind::interleaved_1f1b;
+    if (o.virtual_stages == 0) o.virtual_stages = interleaved ? 2 : 1;
+    if (o.pp > 1 && c.batch % o.microbatches != 0)
+      why << "--microbatches " << o.microbatches << " does not divide --batch " << c.batch << "; ";
+    else if (o.pp > 1 && (c.batch / o.microbatches) % o.data != 0)
+      why << "the data axis (" << o.data << ") must divide a microbatch's " << c.batch / o.microbatches
+          << " rows; ";
+    if (o.pp > 1 && o.virtual_stages > 1 && !interleaved)
+      why << "--virtual-stages " << o.virtual_stages << " needs --schedule Interleaved1F1B; ";
+    if (o.pp > 1 && interleaved && o.microbatches % o.pp != 0)
+      why << "Interleaved1F1B needs --microbatches (" << o.microbatches << ") to be a multiple of --pp (" << o.pp
+          << "); ";
+    if (o.pp > 1 && *kind == dax::pipeline::ScheduleKind::zero_bubble_h1)
+      why << "--schedule ZBH1 is not run by dax::pipeline yet (its split backward is not there); ";
     if (c.d_model % c.heads != 0)
       why << "--d-model " << c.d_model << " is not divisible by --heads " << c.heads << "; ";
     if (o.model > 0 && c.heads % o.model != 0)  // Megatron gives each device whole heads
@@ -194,6 +335,91 @@ Options parse_options(int argc, char** argv, int ranks) {
   return o;
 }
 
+/// transformer_lm --pp N: the same training through dax::pipeline, checked the same way (losses
+/// against one device, final loss below the unigram entropy, bytes against the formulas), with
+/// each stage's bubble and peak activations against the schedule's.
+int pipelined_main(const Options& o, bool root) {
+  const lm::Config& c = o.config;
+  const int n = dax::Runtime::current().size();
+  const dax::Mesh mesh({o.data, o.pp, o.model}, {"data", "stage", "model"});
+  const auto schedule = dax::pipeline::make_schedule(*schedule_named(o.schedule), int(o.pp), int(o.microbatches),
+                                                     int(o.virtual_stages));
+  const std::string text = make_text(1 << 16);
+  const double entropy = unigram_entropy(text);
+  if (root)
+    std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads
+              << " heads, sequence " << c.seq << ", batch " << c.batch << ", " << o.steps << " AdamW steps on "
+              << mesh << (o.fsdp ? " with FSDP" : "") << "\npipeline: " << dax::pipeline::to_string(schedule.kind)
+              << ", " << schedule.stages << " stages x " << schedule.virtual_stages << " chunk(s) each, "
+              << schedule.microbatches << " microbatches of " << c.batch / schedule.microbatches << " rows\n";
+  PipelineReport report;
+  const Run run = train_pipelined(c, mesh, o.fsdp, schedule, text, o.steps, root, report);
+  const auto simulated = dax::pipeline::simulate(schedule);
+  const auto& st = report.stats;
+  const bool peaks_ok = st.peak_activations == simulated.peak_activations;
+  if (root) {
+    std::cout << std::setprecision(3);
+    for (int s = 0; s < schedule.stages; ++s)
+      std::cout << "stage " << s << ": busy " << st.busy[size_t(s)] * 1e3 << " ms of " << st.seconds[size_t(s)] * 1e3
+                << " ms, peak " << st.peak_activations[size_t(s)] << " microbatch activations (schedule: "
+                << simulated.peak_activations[size_t(s)] << ")\n";
+    std::cout << "bubble: measured " << st.bubble << ", the schedule's with equal passes " << simulated.bubble
+              << ", formula " << dax::pipeline::bubble_formula(schedule.kind, schedule.stages, schedule.microbatches,
+                                                              schedule.virtual_stages)
+              << (n > 1 && unsigned(n) > std::thread::hardware_concurrency()
+                      ? " (ranks share cores here: waiting for one counts as busy or idle by chance)"
+                      : "")
+              << "\n";
+    std::cout << std::fixed << std::setprecision(0) << "one step's bytes on rank 0: stage transfers "
+              << report.sent_received << " B (formula " << report.sent_formula << "), over data "
+              << report.data_parallel << " B (formula " << report.data_formula << "), over model " << report.megatron
+              << " B (Megatron's formula, at most " << report.megatron_formula << ")\n"
+              << std::defaultfloat << std::setprecision(4) << "training took " << run.seconds << " s ("
+              << double(c.tokens()) * o.steps / run.seconds << " tokens/s)\n";
+  }
+  std::vector<double> reference = run.losses;
+  if (root) {  // the unpipelined model on one device, rank 0 alone
+    const lm::Layout single{dax::Mesh({1, 1}, {"data", "model"}, {0}), false};
+    reference = train(c, single, text, o.steps, false).losses;
+  }
+  bool ok = true;
+  if (root) {
+    std::vector<int> checked{1, std::min(50, o.steps), o.steps};
+    checked.erase(std::unique(checked.begin(), checked.end()), checked.end());
+    for (int step : checked) {
+      const double got = run.losses[size_t(step - 1)], want = reference[size_t(step - 1)];
+      const double rel = std::abs(got - want) / std::abs(want);
+      std::cout << "step " << step << ": loss " << got << ", on one device " << want << " (relative difference "
+                << rel << ")\n";
+      ok = ok && rel <= 1e-3;
+    }
+    std::cout << "final loss " << run.losses.back() << " nats against the unigram entropy " << entropy << " nats\n";
+    ok = ok && run.losses.back() < entropy;
+  }
+  // Every rank checked its own bytes and peaks; rank 0 reports which differed.
+  const dax::Mesh ranks({n}, {"ranks"});
+  const std::vector<int32_t> differs =
+      dax::from_local<int32_t>({report.ok && peaks_ok ? 0 : 1}, {n}, dax::NamedSharding(ranks, dax::P("ranks")))
+          .to_host();
+  const bool all_ok = std::count(differs.begin(), differs.end(), 1) == 0;
+  if (!root) return all_ok ? 0 : 1;
+  if (!all_ok) {
+    std::cerr << "transformer_lm: the bytes per step or the peak activations differ from the formulas on rank(s)";
+    for (int r = 0; r < n; ++r)
+      if (differs[size_t(r)] != 0) std::cerr << " " << r;
+    std::cerr << "\n";
+  }
+  if (!ok || !all_ok) {
+    std::cerr << "transformer_lm: FAILED (losses must match one device to 1e-3, end below the unigram entropy, "
+                 "and the bytes and peaks must be the formulas')\n";
+    return 1;
+  }
+  std::cout << "verified: " << o.steps << " AdamW steps through a " << dax::pipeline::to_string(schedule.kind)
+            << " pipeline on " << n << " device(s) match one device, end below the unigram entropy, move the "
+               "formulas' bytes and hold the schedule's activations\n";
+  return 0;
+}
+
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
   const bool root = rt.rank() == 0;
@@ -202,7 +428,8 @@ int main(int argc, char** argv) {
     if (root)
       std::cerr << "transformer_lm: " << options.error << "\n"
                 << "usage: transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]"
-                   " [--mesh data=X,model=Y] [--fsdp]\n";
+                   " [--mesh data=X,model=Y] [--fsdp] [--pp N [--schedule GPipe|1F1B|Interleaved1F1B]"
+                   " [--microbatches M] [--virtual-stages V]]\n";
     return 2;
   }
   const lm::Config c = options.config;
@@ -210,6 +437,7 @@ int main(int argc, char** argv) {
   const bool fsdp = options.fsdp;
   const int n = rt.size();
   const lm::Layout layout{dax::Mesh({options.data, options.model}, {"data", "model"}), fsdp};
+  if (options.pp > 1) return pipelined_main(options, root);
   const std::string text = make_text(1 << 16);
   const double entropy = unigram_entropy(text);
   if (root)

@@ -21,7 +21,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace lm {
@@ -109,7 +112,8 @@ inline Model init(const Config& c, const Layout& layout, uint64_t seed) {
 
 /// Every parameter at its compute layout: with FSDP, one all-gather over 'data' each (the tape
 /// keeps the gathered copy for the backward, whose pullback reduce-scatters the gradient).
-inline Model gathered(const Model& stored, const Layout& layout) {
+template <class Tree>
+Tree gathered(const Tree& stored, const Layout& layout) {
   if (!layout.fsdp) return stored;
   return dax::tree_map_with_path(
       [&](const std::string& path, const Array& p) { return dax::reshard(p, layout.compute(path)); }, stored);
@@ -145,6 +149,61 @@ inline Array loss(const Config& c, const Layout& layout, const Model& stored, co
   return dax::cross_entropy(logits, labels);
 }
 
+// ---- The same model cut into pipeline chunks (transformer_lm --pp N, dax::pipeline) ----
+
+/// A pipeline chunk's parameters: a run of layers, with the embeddings ("wte", "wpe") on the first
+/// chunk and the final norm and head ("lnf_g", "lnf_b", "head") on the last; the maps are empty
+/// elsewhere. Paths end in the same names as Model's, so megatron_spec lays them out alike.
+struct Chunk {
+  std::map<std::string, Array> embed;
+  std::vector<Layer> layers;
+  std::map<std::string, Array> final;
+};
+DAX_TREE(Chunk, embed, layers, final)
+
+/// The layers [first, last) of chunk `chunk` of `chunks`: as even as they go, the first chunks
+/// taking one more.
+inline std::pair<int64_t, int64_t> chunk_layers(const Config& c, int chunk, int chunks) {
+  const int64_t base = c.layers / chunks, extra = c.layers % chunks;
+  const int64_t first = chunk * base + std::min<int64_t>(chunk, extra);
+  return {first, first + base + (chunk < extra ? 1 : 0)};
+}
+
+/// Chunk `chunk`'s parameters on `layout` (its stage's mesh), with the values init gives the whole
+/// model, so a pipelined run starts where the unpipelined one does.
+inline Chunk init_chunk(const Config& c, const Layout& layout, uint64_t seed, int chunk, int chunks) {
+  Model m = init(c, layout, seed);
+  const auto [first, last] = chunk_layers(c, chunk, chunks);
+  Chunk out;
+  if (chunk == 0) out.embed = {{"wte", m.wte}, {"wpe", m.wpe}};
+  out.layers.assign(m.layers.begin() + first, m.layers.begin() + last);
+  if (chunk == chunks - 1) out.final = {{"lnf_g", m.lnf_g}, {"lnf_b", m.lnf_b}, {"head", m.head}};
+  return out;
+}
+
+/// A chunk's forward for a microbatch (`c.batch` is the microbatch's rows): token ids in on the
+/// first chunk, activations (tokens, d_model) otherwise; activations out, or the logits on the last.
+template <class In>
+Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, const In& in) {
+  const Chunk p = gathered(stored, layout);
+  Array x = [&] {
+    if constexpr (std::is_same_v<In, Ids>) {
+      std::vector<int32_t> positions;
+      for (int64_t i = 0; i < c.tokens(); ++i) positions.push_back(static_cast<int32_t>(i % c.seq));
+      const Ids pos = dax::device_put(positions, {c.tokens()}, layout.tokens());
+      return dax::take(p.embed.at("wte"), in, 0) + dax::take(p.embed.at("wpe"), pos, 0);
+    } else {
+      return in;
+    }
+  }();
+  for (const Layer& l : p.layers) {
+    x = x + attention(c, layout, l, dax::layer_norm(x, l.ln1_g, l.ln1_b));
+    x = x + mlp(layout, l, dax::layer_norm(x, l.ln2_g, l.ln2_b));
+  }
+  if (!p.final.empty()) x = dax::matmul(dax::layer_norm(x, p.final.at("lnf_g"), p.final.at("lnf_b")), p.final.at("head"));
+  return x;
+}
+
 /// DESIGN §6's bytes for one training step, received per device (ring collectives).
 struct StepBytes {
   double megatron = 0;  // all-reduces of activations over 'model'
@@ -170,7 +229,8 @@ inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tok
 }
 
 /// The bytes of this device's pieces of every parameter at its compute layout.
-inline double pieces_bytes(const Layout& layout, const Model& params, int device) {
+template <class Tree>
+double pieces_bytes(const Layout& layout, const Tree& params, int device) {
   double bytes = 0;
   dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
     const auto pieces = layout.compute(path).devices_indices_map(p.shape());

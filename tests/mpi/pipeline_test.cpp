@@ -2,7 +2,8 @@
 // chunk's gradients (double, relative 1e-9), for GPipe, 1F1B and interleaved 1F1B over every
 // stage count the world allows, a few microbatch counts, uneven layers per chunk, with and
 // without a data axis beside the stage axis; each stage's peak of held activations against the
-// schedule's simulator and its bytes sent against the count of its transfers.
+// schedule's simulator and its bytes sent against the count of its transfers; chunks under
+// dax::remat alike.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -74,7 +75,8 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
 
 /// One step of `kind` on `mesh` (its 'stage' axis the pipeline's; a 'data' axis, when there,
 /// splits each microbatch), checked against the unsplit model on this rank alone.
-void check_step(const Mesh& mesh, ScheduleKind kind, int microbatches, int virtual_stages, unsigned seed) {
+void check_step(const Mesh& mesh, ScheduleKind kind, int microbatches, int virtual_stages, unsigned seed,
+                bool remat = false) {
   const int stages = static_cast<int>(mesh.axis_size("stage"));
   const bool data = mesh.find_axis("data") >= 0;
   const auto schedule = dax::pipeline::make_schedule(kind, stages, microbatches, virtual_stages);
@@ -87,8 +89,13 @@ void check_step(const Mesh& mesh, ScheduleKind kind, int microbatches, int virtu
     ts.push_back(normal_values(kBatch * kWidth, rng, 0.5));
   }
 
+  // With remat, each chunk keeps only its inputs and runs again in its backward (dax::remat).
   auto pipe = dax::pipeline::make<double>(
-      mesh, schedule, [](int, const Chunk& p, const DistArray<double>& x) { return run_chunk(p, x); },
+      mesh, schedule,
+      [remat](int, const Chunk& p, const DistArray<double>& x) {
+        return remat ? dax::remat([](const Chunk& q, const DistArray<double>& y) { return run_chunk(q, y); })(p, x)
+                     : run_chunk(p, x);
+      },
       [](const DistArray<double>& y, const DistArray<double>& t) { return squared_error(y, t); });
   const auto batch_spec = data ? P("data") : P();
   std::vector<Chunk> params;
@@ -160,6 +167,7 @@ TEST_CASE("pipeline schedules give the unsplit model's loss and gradients", "[pa
       check_step(mesh, ScheduleKind::one_f_one_b, m, 1, seed++);
     }
     for (int m : {p, 2 * p}) check_step(mesh, ScheduleKind::interleaved_1f1b, m, 2, seed++);
+    check_step(mesh, ScheduleKind::one_f_one_b, 2 * p, 1, seed++, /*remat=*/true);
   }
 }
 

@@ -129,17 +129,17 @@ class Communicator {
   /// activations and their gradients: parallel/pipeline.hpp). Not collective over the group, so
   /// the call checks give it no number in the group's sequence. `tag` keeps apart the transfers in
   /// flight between the same two members; transports without tags match them in the order each
-  /// side starts them, which the caller keeps the same on both. Transports without one-sided
-  /// starts say so.
+  /// side starts them, which the caller keeps the same on both. The GPU transports (NCCL, staged
+  /// MPI) do not have them yet and say so.
   virtual std::unique_ptr<PendingCollective> start_send(const void* send, int dst, int64_t count, DType type,
                                                         int tag) {
     (void)send, (void)dst, (void)count, (void)type, (void)tag;
-    fail("point-to-point sends are not available on this transport; the MPI transport has them (DAX_TRANSPORT=mpi)");
+    fail("point-to-point sends are not available on this transport yet (the CPU backend's MPI communicator has them)");
   }
   virtual std::unique_ptr<PendingCollective> start_recv(void* recv, int src, int64_t count, DType type, int tag) {
     (void)recv, (void)src, (void)count, (void)type, (void)tag;
-    fail("point-to-point receives are not available on this transport; the MPI transport has them "
-         "(DAX_TRANSPORT=mpi)");
+    fail("point-to-point receives are not available on this transport yet (the CPU backend's MPI communicator has "
+         "them)");
   }
   /// Small host-side metadata from every member (for checks that must fail on all ranks alike).
   virtual std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) = 0;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -31,6 +32,7 @@
 #include <dax/autodiff/grad.hpp>
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/tree.hpp>
+#include <dax/optim/clip.hpp>
 #include <dax/parallel/schedule.hpp>
 #include <dax/runtime/runtime.hpp>
 
@@ -164,6 +166,28 @@ class Pipeline {
   const Mesh& chunk_mesh(int c) const { return stage_meshes_.at(schedule_.stage_of(c)); }
   /// The last step's times, bubble and peak activations (every rank has every stage's).
   const StepStats& last_stats() const { return stats_; }
+
+  /// The global L2 norm of every chunk's gradients together, the same on every rank of the mesh
+  /// (optim::global_norm alone sums only the meshes a rank belongs to: its own stage's). For
+  /// optim::clip_by_global_norm(grads, max_norm, norm). Collective over the mesh.
+  template <class Params>
+  double global_norm(const std::vector<Params>& grads) const {
+    if (stage_ < 0) return 0.0;
+    const double mine = optim::global_norm(grads);
+    double squares = mine * mine;
+    if (schedule_.stages > 1) {
+      int64_t bits;
+      std::memcpy(&bits, &squares, sizeof bits);
+      const auto all = Runtime::current().group(mesh_, {mesh_.axis_index(axis_)}).host().all_gather_host({bits});
+      squares = 0;
+      for (int64_t b : all) {
+        double v;
+        std::memcpy(&v, &b, sizeof v);
+        squares += v;
+      }
+    }
+    return std::sqrt(squares);
+  }
 
   /// One step: every microbatch forward and backward by the schedule. `params[c]` is chunk c's
   /// parameter tree (on chunk_mesh(c)); `inputs` and `targets` hold one entry per microbatch
@@ -356,7 +380,10 @@ class Pipeline {
     NamedSharding sharding(here, spec);
     const int64_t count = numel(sharding.device_indices(Runtime::current().rank(), shape));
     auto piece = ::dax::detail::dev::allocate(size_t(count) * sizeof(T));
+    const int64_t started = ::dax::detail::collective_start();
     link.start_recv(piece->data(), peer, count, dtype_v<T>, tag(to_chunk, microbatch, gradient, true))->wait();
+    // In comm_stats as the bytes this device received over the stage axis, as for any collective.
+    ::dax::detail::count_collective("send_recv", "('" + axis_ + "',)", count * int64_t(sizeof(T)), started);
     return DistArray<T>(shape, sharding, std::move(piece));
   }
 
