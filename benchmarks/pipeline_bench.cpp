@@ -1,7 +1,8 @@
 // benchmarks/pipeline: one forward + backward step of an MLP through dax::pipeline, for a schedule
 // and microbatch counts, on a 1-d 'stage' mesh of every rank: the step time, each stage's busy
 // time and the measured bubble next to the formula's. Equal stages (the same layers each), so the
-// formula applies. benchmarks/pipeline.py runs it beside the same pipeline written by hand in
+// formula applies (chunk 0 scales its input by a learned scalar, so its first layer also computes an
+// input gradient, as every other chunk does). benchmarks/pipeline.py runs it beside the same pipeline written by hand in
 // PyTorch (benchmarks/pipeline_torch.py). Prints one JSON line per microbatch count.
 //   mpirun -np P pipeline_bench --schedule 1F1B [--microbatches 4,8,16] [--width D] [--rows R]
 //                               [--layers L] [--steps S] [--warmup W]
@@ -60,8 +61,10 @@ int main(int argc, char** argv) {
     const auto schedule = dax::pipeline::make_schedule(kind, p, m, v);
     auto pipe = dax::pipeline::make<float>(
         mesh, schedule,
-        [](int, const Layers& w, const dax::DistArray<float>& x) {
-          dax::DistArray<float> h = x;
+        [](int chunk, const Layers& w, const dax::DistArray<float>& x) {
+          // Chunk 0 scales its input by a learned scalar (its last leaf), so its first layer computes
+          // its input's gradient as every other chunk's does: equal stages, where the formula holds.
+          dax::DistArray<float> h = chunk == 0 ? x * w.back() : x;
           for (size_t k = 0; k + 1 < w.size(); k += 2) h = dax::tanh(dax::matmul(h, w[k]) + w[k + 1]);
           return h;
         },
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
         w.push_back(dax::device_put(values(width * width, 1.0f / std::sqrt(float(width))), {width, width}, s));
         w.push_back(dax::device_put(values(width, 0.1f), {width}, s));
       }
+      if (c == 0) w.push_back(dax::full<float>({}, 1.0f, s));
       params.push_back(std::move(w));
     }
     std::vector<dax::DistArray<float>> inputs, targets;
@@ -100,9 +104,12 @@ int main(int argc, char** argv) {
     const double bubble = dax::bench::median(bubbles), step = dax::bench::median(times);
     if (rt.rank() == 0) {
       std::printf("# %s, %d stages, %d microbatches of (%lld, %lld), %d layers a stage: step %.2f ms, bubble %.3f "
-                  "(formula %.3f, %.0f%% of it)\n",
+                  "(formula %.3f, %.0f%% of it); last step busy / step ms per stage:",
                   schedule_name.c_str(), p, m, (long long)rows, (long long)width, layers, step * 1e3, bubble, formula,
                   formula > 0 ? 100 * bubble / formula : 0.0);
+      const auto& st = pipe.last_stats();
+      for (int s = 0; s < p; ++s) std::printf(" %.2f / %.2f", st.busy[s] * 1e3, st.seconds[s] * 1e3);
+      std::printf("\n");
       std::printf("{\"schedule\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"rows\": %lld, \"width\": %lld, "
                   "\"layers_per_stage\": %d, \"step_s\": %.6f, \"bubble\": %.4f, \"bubble_formula\": %.4f}\n",
                   schedule_name.c_str(), p, m, (long long)rows, (long long)width, layers, step, bubble, formula);

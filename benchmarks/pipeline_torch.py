@@ -3,7 +3,8 @@
 
 Debian 12's PyTorch (1.13) has no torch.distributed.pipelining, so this is the pipeline a PyTorch
 user writes by hand, as its tutorials did before it: one process per stage (gloo), each holding
-its stage's layers (nn.Linear + tanh), activations sent forward with isend and gradients back,
+its stage's layers (nn.Linear + tanh; stage 0 first scales its input by a learned scalar, as
+pipeline_bench does, so the stages do equal work), activations sent forward with isend and gradients back,
 the passes in the schedule's order (GPipe: every forward, then every backward; 1F1B: p - s - 1
 warm-up forwards, then one forward and one backward in turn), the backward of a microbatch
 through torch.autograd.backward on its saved output. One thread per process. Prints one JSON line
@@ -76,14 +77,19 @@ def run(rank, world, args, out):
     for _ in range(args.layers):
         layers += [nn.Linear(args.width, args.width), nn.Tanh()]
     model = nn.Sequential(*layers)
+    # Stage 0 scales its input by a learned scalar, as pipeline_bench's chunk 0 does (equal stages).
+    scale = nn.Parameter(torch.ones(())) if rank == 0 else None
+    run_stage = (lambda x: model(x * scale)) if rank == 0 else model
     for m in [int(v) for v in args.microbatches.split(",")]:
         inputs = [torch.randn(args.rows, args.width) for _ in range(m)]
         times = []
         for s in range(args.warmup + args.steps):
             model.zero_grad(set_to_none=True)
+            if scale is not None:
+                scale.grad = None
             dist.barrier()
             start = time.perf_counter()
-            step(model, args.schedule, rank, world, m, args.rows, args.width, inputs)
+            step(run_stage, args.schedule, rank, world, m, args.rows, args.width, inputs)
             seconds = time.perf_counter() - start
             t = torch.tensor([seconds], dtype=torch.float64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank, as pipeline_bench times it

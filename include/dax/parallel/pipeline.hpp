@@ -221,8 +221,14 @@ class Pipeline {
       };
       std::map<std::pair<int, int>, Held> held;  // (chunk, microbatch) -> its recorded forward
       size_t peak = 0;
-      for (const Action& act : schedule_.actions[stage_]) {
+      link_counts_.clear();
+      sent_shapes_.clear();
+      const auto& actions = schedule_.actions[stage_];
+      for (size_t k = 0; k < actions.size(); ++k) {
+        const Action& act = actions[k];
         const int c = act.chunk, i = act.microbatch;
+        // The next pass's input is received while this one computes (once its size is known).
+        if (k + 1 < actions.size()) post_receive(actions[k + 1]);
         if (act.pass == Pass::forward) {
           Held h;
           h.tape = std::make_shared<::dax::detail::Tape>();
@@ -346,6 +352,13 @@ class Pipeline {
       return;
     }
     (void)from_chunk;
+    // A step's microbatches cross each link with one shape: the receiver posts its receives ahead
+    // with the first one's size.
+    const auto [first, fresh] = sent_shapes_.try_emplace(std::pair{to_chunk, gradient}, x.shape());
+    DAX_CHECK(fresh || first->second == x.shape(), "pipeline: microbatch ", microbatch, "'s ",
+              gradient ? "gradient" : "activation", " into chunk ", to_chunk, " has shape ", ::dax::to_string(x.shape()),
+              ", an earlier microbatch's had ", ::dax::to_string(first->second),
+              "; the microbatches of a step must have one shape");
     ::dax::detail::Communicator& link = *links_.at(to);
     const int peer = to < stage_ ? 0 : 1;
     detail::Outgoing o;
@@ -370,21 +383,70 @@ class Pipeline {
       local_.erase(it);
       return x;
     }
-    ::dax::detail::Communicator& link = *links_.at(from);
-    const int peer = from < stage_ ? 0 : 1;
-    std::vector<int64_t> header(detail::kHeaderLength);
-    link.start_recv(header.data(), peer, detail::kHeaderLength, DType::int64, tag(to_chunk, microbatch, gradient, false))
-        ->wait();
+    const int64_t started = ::dax::detail::collective_start();
+    const auto key = std::tuple{to_chunk, microbatch, gradient};
+    auto posted = posted_.find(key);
+    Posted r = posted != posted_.end() ? std::move(posted->second) : start_receive(to_chunk, microbatch, gradient, -1);
+    if (posted != posted_.end()) posted_.erase(posted);
+    r.header_received->wait();
     const Mesh& here = stage_meshes_[stage_];
-    auto [shape, spec] = detail::read_header(header, dtype_v<T>, here);
+    auto [shape, spec] = detail::read_header(r.header, dtype_v<T>, here);
     NamedSharding sharding(here, spec);
     const int64_t count = numel(sharding.device_indices(Runtime::current().rank(), shape));
-    auto piece = ::dax::detail::dev::allocate(size_t(count) * sizeof(T));
-    const int64_t started = ::dax::detail::collective_start();
-    link.start_recv(piece->data(), peer, count, dtype_v<T>, tag(to_chunk, microbatch, gradient, true))->wait();
+    if (!r.payload_received) {  // the first of the step on this link: its size is learned here
+      r = start_receive(to_chunk, microbatch, gradient, count, std::move(r));
+      link_counts_[std::pair{to_chunk, gradient}] = count;
+    }
+    DAX_CHECK(r.count == count, "pipeline: microbatch ", microbatch, "'s ", gradient ? "gradient" : "activation",
+              " into chunk ", to_chunk, " has ", count, " elements here, an earlier microbatch's had ", r.count,
+              "; the microbatches of a step must have one shape");
+    r.payload_received->wait();
+    auto piece = std::move(r.piece);
     // In comm_stats as the bytes this device received over the stage axis, as for any collective.
     ::dax::detail::count_collective("send_recv", "('" + axis_ + "',)", count * int64_t(sizeof(T)), started);
     return DistArray<T>(shape, sharding, std::move(piece));
+  }
+
+  // A receive started ahead: its header, and its payload once the size is known.
+  struct Posted {
+    std::vector<int64_t> header;
+    std::unique_ptr<::dax::detail::PendingCollective> header_received, payload_received;
+    std::shared_ptr<::dax::detail::Buffer> piece;
+    int64_t count = -1;
+  };
+
+  // Starts receiving the transfer into `to_chunk`: the header (unless `r` has it started), and
+  // the payload of `count` elements when count >= 0.
+  Posted start_receive(int to_chunk, int microbatch, bool gradient, int64_t count, Posted r = {}) {
+    const int from = schedule_.stage_of(gradient ? to_chunk + 1 : to_chunk - 1);
+    ::dax::detail::Communicator& link = *links_.at(from);
+    const int peer = from < stage_ ? 0 : 1;
+    if (!r.header_received) {
+      r.header.assign(detail::kHeaderLength, 0);
+      r.header_received = link.start_recv(r.header.data(), peer, detail::kHeaderLength, DType::int64,
+                                          tag(to_chunk, microbatch, gradient, false));
+    }
+    if (count >= 0) {
+      r.count = count;
+      r.piece = ::dax::detail::dev::allocate(size_t(count) * sizeof(T));
+      r.payload_received = link.start_recv(r.piece->data(), peer, count, dtype_v<T>,
+                                           tag(to_chunk, microbatch, gradient, true));
+    }
+    return r;
+  }
+
+  // Posts the receive `act` will wait for, if it comes from another stage and this step has
+  // already seen its link's size (shared-memory MPI moves a message only while both sides are in
+  // MPI: posted, it moves during this stage's ops as well as the sender's).
+  void post_receive(const Action& act) {
+    const bool gradient = act.pass != Pass::forward;
+    const int c = act.chunk;
+    if (gradient ? c + 1 >= schedule_.chunks() : c == 0) return;
+    if (schedule_.stage_of(gradient ? c + 1 : c - 1) == stage_) return;
+    const auto key = std::tuple{c, act.microbatch, gradient};
+    const auto size = link_counts_.find(std::pair{c, gradient});
+    if (size == link_counts_.end() || posted_.contains(key)) return;
+    posted_.emplace(key, start_receive(c, act.microbatch, gradient, size->second));
   }
 
   // Over the stage group (the devices sharing this rank's coordinates off the stage axis): every
@@ -431,6 +493,9 @@ class Pipeline {
   std::map<int, ::dax::detail::Communicator*> links_;  // other stage -> the pair's communicator
   std::map<std::tuple<int, int, bool>, DistArray<T>> local_;  // handoffs between chunks of this stage
   std::vector<detail::Outgoing> outgoing_;
+  std::map<std::tuple<int, int, bool>, Posted> posted_;      // (to chunk, microbatch, gradient)
+  std::map<std::pair<int, bool>, int64_t> link_counts_;      // (to chunk, gradient) -> elements, this step
+  std::map<std::pair<int, bool>, Shape> sent_shapes_;        // (to chunk, gradient) -> shape, this step
   StepStats stats_;
   double stats_loss_ = 0;
 };
