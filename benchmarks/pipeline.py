@@ -44,10 +44,10 @@ def main():
     program = require_program("pipeline", args.build, "pipeline_bench")
     common = ["--microbatches", args.microbatches, "--steps", "10", "--warmup", "2"]
     results = []
-    for schedule in ["GPipe", "1F1B", "Interleaved1F1B"]:
+    for schedule in ["GPipe", "1F1B", "Interleaved1F1B", "ZBH1"]:
         dax_cmd = ["mpirun", "-np", str(args.ranks), "--bind-to", "none", program, "--schedule", schedule] + common
         torch_cmd = (["/usr/bin/python3", os.path.join(HERE, "pipeline_torch.py"), "--ranks", str(args.ranks),
-                      "--schedule", schedule] + common) if schedule != "Interleaved1F1B" else None
+                      "--schedule", schedule] + common) if schedule in ("GPipe", "1F1B") else None
         rounds = []
         for r in range(args.rounds):
             got = {}

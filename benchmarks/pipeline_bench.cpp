@@ -27,9 +27,9 @@ using Layers = std::vector<dax::DistArray<float>>;  // W0, b0, W1, b1, ...
 
 dax::pipeline::ScheduleKind kind_named(const std::string& name) {
   using K = dax::pipeline::ScheduleKind;
-  for (K k : {K::gpipe, K::one_f_one_b, K::interleaved_1f1b})
+  for (K k : {K::gpipe, K::one_f_one_b, K::interleaved_1f1b, K::zero_bubble_h1})
     if (name == dax::pipeline::to_string(k)) return k;
-  std::fprintf(stderr, "pipeline_bench: --schedule expects GPipe, 1F1B or Interleaved1F1B, got '%s'\n", name.c_str());
+  std::fprintf(stderr, "pipeline_bench: --schedule expects GPipe, 1F1B, Interleaved1F1B or ZBH1, got '%s'\n", name.c_str());
   std::exit(2);
 }
 

@@ -11,7 +11,7 @@
 // Run with `mpirun -np N`. The model and the mesh are flags, checked before anything runs:
 //   transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]
 //                  [--mesh data=X,model=Y] [--fsdp]
-//                  [--pp N [--schedule GPipe|1F1B|Interleaved1F1B] [--microbatches M] [--virtual-stages V]]
+//                  [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1] [--microbatches M] [--virtual-stages V]]
 // --pp N adds a 'stage' axis of N (mesh data x stage x model) and trains through dax::pipeline:
 // the layers cut into N * V chunks, the batch into M microbatches (default 2N), checked the same
 // way plus each stage's peak activations against the schedule and the stage transfers' bytes.
@@ -240,7 +240,7 @@ struct Options {
   std::string error;            // empty when the options are usable
 };
 
-/// The schedule a --schedule name means (GPipe, 1F1B, Interleaved1F1B; any case).
+/// The schedule a --schedule name means (GPipe, 1F1B, Interleaved1F1B, ZBH1; any case).
 std::optional<dax::pipeline::ScheduleKind> schedule_named(std::string name) {
   for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   using K = dax::pipeline::ScheduleKind;
@@ -297,7 +297,7 @@ Options parse_options(int argc, char** argv, int ranks) {
   const lm::Config& c = o.config;
   const auto kind = schedule_named(o.schedule);
   if (!kind)
-    why << "--schedule expects GPipe, 1F1B or Interleaved1F1B, got '" << o.schedule << "'; ";
+    why << "--schedule expects GPipe, 1F1B, Interleaved1F1B or ZBH1, got '" << o.schedule << "'; ";
   if (why.str().empty() && ranks % o.pp != 0)
     why << "--pp " << o.pp << " does not divide the job's " << ranks << " ranks; ";
   if (why.str().empty()) {
@@ -321,8 +321,7 @@ Options parse_options(int argc, char** argv, int ranks) {
     if (o.pp > 1 && interleaved && o.microbatches % o.pp != 0)
       why << "Interleaved1F1B needs --microbatches (" << o.microbatches << ") to be a multiple of --pp (" << o.pp
           << "); ";
-    if (o.pp > 1 && *kind == dax::pipeline::ScheduleKind::zero_bubble_h1)
-      why << "--schedule ZBH1 is not run by dax::pipeline yet (its split backward is not there); ";
+
     if (c.d_model % c.heads != 0)
       why << "--d-model " << c.d_model << " is not divisible by --heads " << c.heads << "; ";
     if (o.model > 0 && c.heads % o.model != 0)  // Megatron gives each device whole heads
@@ -428,7 +427,7 @@ int main(int argc, char** argv) {
     if (root)
       std::cerr << "transformer_lm: " << options.error << "\n"
                 << "usage: transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]"
-                   " [--mesh data=X,model=Y] [--fsdp] [--pp N [--schedule GPipe|1F1B|Interleaved1F1B]"
+                   " [--mesh data=X,model=Y] [--fsdp] [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1]"
                    " [--microbatches M] [--virtual-stages V]]\n";
     return 2;
   }

@@ -99,6 +99,19 @@ class NoTrace {
   Tracer* saved_;
 };
 
+/// Which inputs the pullback running now should give cotangents for (null: all it can). A split
+/// backward (zero-bubble pipelines: autodiff/tape.hpp) asks first for the inputs on the way to the
+/// chunk's input, then for the weights; a pullback may skip an unwanted input's work (matmul
+/// skips its GEMM) or compute it anyway (the tape keeps what comes).
+inline const std::vector<bool>*& cotangent_mask() {
+  thread_local const std::vector<bool>* mask = nullptr;
+  return mask;
+}
+inline bool cotangent_wanted(size_t input) {
+  const std::vector<bool>* mask = cotangent_mask();
+  return mask == nullptr || (input < mask->size() && (*mask)[input]);
+}
+
 /// Whether an op on these inputs must record: a gradient is being taken and one of them is on the
 /// tape (for a gradient, or for replication typing only).
 template <class... In>

@@ -11,10 +11,12 @@
 // with the body's collectives available.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <dax/array/trace.hpp>
@@ -119,6 +121,105 @@ class Tape final : public Tracer {
 
   bool knows(uint64_t id) const { return index_.contains(id); }
 
+  /// A backward split in two (zero-bubble pipelines): backward_input gives the cotangent of one
+  /// input leaf, running each pullback for the inputs on the way to it only; what the weights
+  /// still need waits here for backward_weight.
+  struct WeightPass {
+    std::unordered_map<uint64_t, AnyArray> cotangents;      // reached weights' side already
+    std::vector<std::pair<size_t, AnyArray>> deferred;      // (node, its cotangent): pullbacks to finish
+    std::vector<bool> from_input;                           // per node: depends on the input
+  };
+
+  /// The first half: the cotangent of `input` (absent if nothing reached it). Pullbacks that skip
+  /// unwanted inputs (matmul) are kept in `later` with their cotangents; parts they computed
+  /// anyway for the other inputs are kept there too, so nothing is computed twice.
+  std::unordered_map<uint64_t, AnyArray> backward_input(uint64_t output, AnyArray seed, uint64_t input,
+                                                        WeightPass& later) const {
+    NoTrace no_trace;
+    std::unordered_map<uint64_t, AnyArray> cotangent, result;
+    later.from_input.assign(nodes_.size(), false);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      bool dep = nodes_[i].id == input;
+      for (uint64_t in : nodes_[i].inputs) {
+        auto at = index_.find(in);
+        dep = dep || (at != index_.end() && later.from_input[at->second]);
+      }
+      later.from_input[i] = dep;
+    }
+    auto depends = [&](uint64_t id) {
+      auto at = index_.find(id);
+      return at != index_.end() && later.from_input[at->second];
+    };
+    if (!index_.contains(output)) return result;
+    cotangent.emplace(output, std::move(seed));
+    for (size_t i = index_.at(output) + 1; i-- > 0;) {
+      const Node& node = nodes_[i];
+      auto it = cotangent.find(node.id);
+      if (it == cotangent.end()) continue;
+      AnyArray g = std::move(it->second);
+      cotangent.erase(it);
+      if (!node.pullback) {
+        if (node.id == input) result.emplace(node.id, g);
+        continue;
+      }
+      std::vector<bool> mask(node.inputs.size());
+      for (size_t k = 0; k < mask.size(); ++k) mask[k] = depends(node.inputs[k]);
+      Cotangents parts = run_pullback(node, g, &mask);
+      bool unfinished = false;
+      for (size_t k = 0; k < parts.size() && k < node.inputs.size(); ++k) {
+        if (node.inputs[k] == 0) continue;
+        auto& into = mask[k] ? cotangent : later.cotangents;
+        if (parts[k].empty()) {
+          unfinished = unfinished || !mask[k];
+          continue;
+        }
+        auto [slot, fresh] = into.try_emplace(node.inputs[k], parts[k]);
+        if (!fresh) slot->second = add_cotangents(slot->second, parts[k]);
+      }
+      if (unfinished) later.deferred.emplace_back(i, std::move(g));
+    }
+    return result;
+  }
+
+  /// The second half: the cotangents of `leaves` (the weights), from the pullbacks backward_input
+  /// left and the nodes that depend on the weights alone.
+  std::unordered_map<uint64_t, AnyArray> backward_weight(WeightPass& later, const std::vector<uint64_t>& leaves) const {
+    NoTrace no_trace;
+    std::unordered_map<uint64_t, AnyArray> cotangent = std::move(later.cotangents), result;
+    auto wanted = [&](uint64_t id) { return std::find(leaves.begin(), leaves.end(), id) != leaves.end(); };
+    auto add = [&](const Node& node, const Cotangents& parts, const std::vector<bool>* only) {
+      for (size_t k = 0; k < parts.size() && k < node.inputs.size(); ++k) {
+        if (node.inputs[k] == 0 || parts[k].empty() || (only && !(*only)[k])) continue;
+        auto [slot, fresh] = cotangent.try_emplace(node.inputs[k], parts[k]);
+        if (!fresh) slot->second = add_cotangents(slot->second, parts[k]);
+      }
+    };
+    size_t d = 0;  // later.deferred is in decreasing node order, as this walk
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      const Node& node = nodes_[i];
+      for (; d < later.deferred.size() && later.deferred[d].first == i; ++d) {
+        std::vector<bool> mask(node.inputs.size());
+        for (size_t k = 0; k < mask.size(); ++k) {
+          auto at = index_.find(node.inputs[k]);
+          mask[k] = !(at != index_.end() && later.from_input[at->second]);
+        }
+        add(node, run_pullback(node, later.deferred[d].second, &mask), &mask);
+      }
+      if (later.from_input[i]) continue;
+      auto it = cotangent.find(node.id);
+      if (it == cotangent.end()) continue;
+      AnyArray g = std::move(it->second);
+      cotangent.erase(it);
+      if (!node.pullback) {
+        if (wanted(node.id)) result.emplace(node.id, g);
+        continue;
+      }
+      add(node, run_pullback(node, g), nullptr);
+    }
+    later = WeightPass{};
+    return result;
+  }
+
  private:
   struct Node {
     uint64_t id;
@@ -133,7 +234,13 @@ class Tape final : public Tracer {
 
   /// A node's pullback; inside a shard_map body it runs in the body's context, and each input's
   /// cotangent is summed over the axes the input was implicitly broadcast along.
-  static Cotangents run_pullback(const Node& node, const AnyArray& g) {
+  /// `mask`: the inputs wanted (cotangent_mask), null for all.
+  static Cotangents run_pullback(const Node& node, const AnyArray& g, const std::vector<bool>* mask = nullptr) {
+    struct MaskScope {
+      const std::vector<bool>* saved;
+      explicit MaskScope(const std::vector<bool>* m) : saved(std::exchange(cotangent_mask(), m)) {}
+      ~MaskScope() { cotangent_mask() = saved; }
+    } mask_scope(mask);
     if (!node.body) return node.pullback(g);
     ManualScope scope(node.body, /*nested_ok=*/true);
     Cotangents parts = node.pullback(g);

@@ -102,9 +102,11 @@ DistArray<T> matmul(const DistArray<T>& a, const DistArray<T>& b,
       DistArray<T> g2 = g;  // the added unit dimensions back in place
       if (av) g2 = detail::insert_unit_dim(g2, g2.ndim() - (bv ? 0 : 1));
       if (bv) g2 = detail::insert_unit_dim(g2, g2.ndim());
-      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need[0], need[1]);
-      if (av && need[0]) c[0] = detail::AnyArray(detail::drop_unit_dim(c[0].template as<T>(), 0));
-      if (bv && need[1]) {
+      // A split backward may want one side only (the weight's GEMM waits for its own pass).
+      const bool need_a = need[0] && detail::cotangent_wanted(0), need_b = need[1] && detail::cotangent_wanted(1);
+      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need_a, need_b);
+      if (av && need_a) c[0] = detail::AnyArray(detail::drop_unit_dim(c[0].template as<T>(), 0));
+      if (bv && need_b) {
         const auto& cb = c[1].template as<T>();
         c[1] = detail::AnyArray(detail::drop_unit_dim(cb, cb.ndim() - 1));
       }

@@ -129,9 +129,6 @@ class Pipeline {
     const int a = mesh_.axis_index(axis_);
     DAX_CHECK(mesh_.axis_size(a) == schedule_.stages, "pipeline: the schedule has ", schedule_.stages,
               " stages but mesh axis '", axis_, "' has ", mesh_.axis_size(a), " devices");
-    DAX_CHECK(schedule_.kind != ScheduleKind::zero_bubble_h1, "pipeline: ", to_string(schedule_.kind),
-              " needs the backward split into input and weight passes, which the tape does not do yet; "
-              "GPipe, 1F1B and Interleaved1F1B run");
     for (int s = 0; s < schedule_.stages; ++s) stage_meshes_.push_back(dax::pipeline::stage_mesh(mesh_, axis_, s));
     const int rank = Runtime::current().rank();
     if (!mesh_.contains(rank)) return;
@@ -220,6 +217,11 @@ class Pipeline {
         busy += std::chrono::duration<double>(Clock::now() - t0).count();
       };
       std::map<std::pair<int, int>, Held> held;  // (chunk, microbatch) -> its recorded forward
+      // ZB-H1: (chunk, microbatch) -> its tape and what its weight pass has left to do, its leaves.
+      std::map<std::pair<int, int>,
+               std::pair<std::shared_ptr<::dax::detail::Tape>, std::shared_ptr<::dax::detail::Tape::WeightPass>>>
+          weight_passes;
+      std::map<std::pair<int, int>, std::vector<uint64_t>> weight_leaves;
       size_t peak = 0;
       link_counts_.clear();
       sent_shapes_.clear();
@@ -272,7 +274,7 @@ class Pipeline {
           ran[c] = true;
           held.emplace(std::pair{c, i}, std::move(h));
           peak = std::max(peak, held.size());
-        } else if (act.pass == Pass::backward) {
+        } else if (act.pass == Pass::backward || act.pass == Pass::backward_input) {
           auto it = held.find({c, i});
           DAX_CHECK(it != held.end(), "pipeline: the schedule runs the backward of microbatch ", i, " through chunk ",
                     c, " before its forward");
@@ -281,16 +283,20 @@ class Pipeline {
           DistArray<T> g = c == chunks - 1 ? full<T>({}, T(1) / T(m), NamedSharding(h.out_sharding->mesh(), P()))
                                            : receive(c + 1, c, i, /*gradient=*/true);
           timed([&] {
-            std::vector<uint64_t> wanted = h.leaves;
-            if (h.x_id != 0) wanted.push_back(h.x_id);
-            auto cotangents = h.tape->backward(h.out_id, AnyArray(g), wanted);
-            h.tape.reset();  // the activations go as soon as the replay is done
-            auto& sum = sums[c];
-            sum.resize(h.leaves.size());
-            for (size_t k = 0; k < h.leaves.size(); ++k) {
-              auto ct = cotangents.find(h.leaves[k]);
-              if (ct == cotangents.end()) continue;
-              sum[k] = sum[k].empty() ? ct->second : ::dax::detail::add_cotangents(sum[k], ct->second);
+            std::unordered_map<uint64_t, AnyArray> cotangents;
+            if (act.pass == Pass::backward) {
+              std::vector<uint64_t> wanted = h.leaves;
+              if (h.x_id != 0) wanted.push_back(h.x_id);
+              cotangents = h.tape->backward(h.out_id, AnyArray(g), wanted);
+              add_sums(sums[c], h.leaves, cotangents);
+              h.tape.reset();  // the activations go as soon as the replay is done
+            } else {
+              // ZB-H1's B: the input's gradient only; the weights' GEMMs wait for the W pass, with
+              // the tape (counted as held until here, as the zero-bubble paper counts it).
+              auto later = std::make_shared<::dax::detail::Tape::WeightPass>();
+              cotangents = h.tape->backward_input(h.out_id, AnyArray(g), h.x_id, *later);
+              weight_passes.emplace(std::pair{c, i}, std::pair{std::move(h.tape), std::move(later)});
+              weight_leaves[{c, i}] = h.leaves;
             }
             if (c > 0) {
               auto ct = cotangents.find(h.x_id);
@@ -299,8 +305,16 @@ class Pipeline {
               send(c, c - 1, i, gx, /*gradient=*/true);
             }
           });
-        } else {
-          ::dax::detail::fail("pipeline: ", to_string(schedule_.kind), " runs passes this executor does not");
+        } else {  // ZB-H1's W: the weights' gradients, filling what would be the bubble
+          auto it = weight_passes.find({c, i});
+          DAX_CHECK(it != weight_passes.end(), "pipeline: the schedule runs the weight pass of microbatch ", i,
+                    " through chunk ", c, " before its input pass");
+          timed([&] {
+            auto [tape, later] = std::move(it->second);
+            weight_passes.erase(it);
+            const auto cotangents = tape->backward_weight(*later, weight_leaves.at({c, i}));
+            add_sums(sums[c], weight_leaves.at({c, i}), cotangents);
+          });
         }
       }
       for (auto& o : outgoing_) {
@@ -337,6 +351,17 @@ class Pipeline {
     Shape x_shape;
     std::shared_ptr<NamedSharding> x_sharding, out_sharding;
   };
+
+  // Adds a backward's cotangents of `leaves` to a chunk's sums (kept unreduced: DESIGN §6).
+  static void add_sums(std::vector<AnyArray>& sum, const std::vector<uint64_t>& leaves,
+                       const std::unordered_map<uint64_t, AnyArray>& cotangents) {
+    sum.resize(leaves.size());
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      auto ct = cotangents.find(leaves[k]);
+      if (ct == cotangents.end()) continue;
+      sum[k] = sum[k].empty() ? ct->second : ::dax::detail::add_cotangents(sum[k], ct->second);
+    }
+  }
 
   // A transfer's tags: its header and payload, per (receiving chunk, microbatch, direction), so
   // transfers in flight between two stages never match the wrong receive.
@@ -439,6 +464,7 @@ class Pipeline {
   // already seen its link's size (shared-memory MPI moves a message only while both sides are in
   // MPI: posted, it moves during this stage's ops as well as the sender's).
   void post_receive(const Action& act) {
+    if (act.pass == Pass::backward_weight) return;  // receives nothing
     const bool gradient = act.pass != Pass::forward;
     const int c = act.chunk;
     if (gradient ? c + 1 >= schedule_.chunks() : c == 0) return;
