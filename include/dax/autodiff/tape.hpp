@@ -132,9 +132,11 @@ class Tape final : public Tracer {
 
   /// The first half: the cotangent of `input` (absent if nothing reached it). Pullbacks that skip
   /// unwanted inputs (matmul) are kept in `later` with their cotangents; parts they computed
-  /// anyway for the other inputs are kept there too, so nothing is computed twice.
+  /// anyway for the other inputs are kept there too, so nothing is computed twice. Without
+  /// `want_input` the input's own cotangent is not asked for (a pipeline's first chunk: the
+  /// activations' gradients are this pass's work, the input's is nobody's).
   std::unordered_map<uint64_t, AnyArray> backward_input(uint64_t output, AnyArray seed, uint64_t input,
-                                                        WeightPass& later) const {
+                                                        WeightPass& later, bool want_input = true) const {
     NoTrace no_trace;
     std::unordered_map<uint64_t, AnyArray> cotangent, result;
     later.from_input.assign(nodes_.size(), false);
@@ -159,18 +161,20 @@ class Tape final : public Tracer {
       AnyArray g = std::move(it->second);
       cotangent.erase(it);
       if (!node.pullback) {
-        if (node.id == input) result.emplace(node.id, g);
+        if (node.id == input && want_input) result.emplace(node.id, g);
         continue;
       }
       std::vector<bool> mask(node.inputs.size());
-      for (size_t k = 0; k < mask.size(); ++k) mask[k] = depends(node.inputs[k]);
+      for (size_t k = 0; k < mask.size(); ++k)
+        mask[k] = depends(node.inputs[k]) && (want_input || node.inputs[k] != input);
       Cotangents parts = run_pullback(node, g, &mask);
       bool unfinished = false;
       for (size_t k = 0; k < parts.size() && k < node.inputs.size(); ++k) {
         if (node.inputs[k] == 0) continue;
+        const bool unwanted_input = !want_input && node.inputs[k] == input;
         auto& into = mask[k] ? cotangent : later.cotangents;
-        if (parts[k].empty()) {
-          unfinished = unfinished || !mask[k];
+        if (parts[k].empty() || unwanted_input) {
+          unfinished = unfinished || (!mask[k] && !unwanted_input);
           continue;
         }
         auto [slot, fresh] = into.try_emplace(node.inputs[k], parts[k]);

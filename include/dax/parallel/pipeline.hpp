@@ -240,6 +240,19 @@ class Pipeline {
             timed([&] {
               ::dax::detail::TapeScope scope(*h.tape);
               ::dax::detail::watch_tree(*h.tape, traced);
+              using E = typename In::value_type;
+              if constexpr (::dax::detail::is_floating_v<E>) {
+                if (schedule_.kind == ScheduleKind::zero_bubble_h1) {
+                  // Marked, never differentiated: ZB-H1's B pass on the first chunk is the
+                  // activations' gradients (what depends on the input), its W pass the weights'.
+                  In x = inputs[i];
+                  x.set_trace_id(h.tape->watch());
+                  h.x_id = x.trace_id();
+                  h.x_is_input = true;
+                  out = chunk_(c, std::as_const(traced), std::as_const(x));
+                  return;
+                }
+              }
               out = chunk_(c, std::as_const(traced), inputs[i]);
             });
           } else {
@@ -294,7 +307,7 @@ class Pipeline {
               // ZB-H1's B: the input's gradient only; the weights' GEMMs wait for the W pass, with
               // the tape (counted as held until here, as the zero-bubble paper counts it).
               auto later = std::make_shared<::dax::detail::Tape::WeightPass>();
-              cotangents = h.tape->backward_input(h.out_id, AnyArray(g), h.x_id, *later);
+              cotangents = h.tape->backward_input(h.out_id, AnyArray(g), h.x_id, *later, !h.x_is_input);
               weight_passes.emplace(std::pair{c, i}, std::pair{std::move(h.tape), std::move(later)});
               weight_leaves[{c, i}] = h.leaves;
             }
@@ -347,6 +360,7 @@ class Pipeline {
   struct Held {
     std::shared_ptr<::dax::detail::Tape> tape;
     uint64_t out_id = 0, x_id = 0;
+    bool x_is_input = false;  // x_id marks chunk 0's input (ZB-H1), whose gradient nobody wants
     std::vector<uint64_t> leaves;
     Shape x_shape;
     std::shared_ptr<NamedSharding> x_sharding, out_sharding;
