@@ -92,6 +92,15 @@ Batch make_batch(const std::string& text, const lm::Config& c, std::mt19937& gen
   return b;
 }
 
+/// Ten steps' losses a line, once the tenth (or the last) step of a line is done.
+void print_losses(const std::vector<double>& losses, int step, int steps) {
+  if (step % 10 != 0 && step != steps) return;
+  std::cout << "loss, steps " << std::setw(3) << (step - 1) / 10 * 10 + 1 << "-" << std::setw(3) << step << ":"
+            << std::fixed << std::setprecision(4);
+  for (int s = (step - 1) / 10 * 10; s < step; ++s) std::cout << " " << losses[static_cast<size_t>(s)];
+  std::cout << std::defaultfloat << "\n";
+}
+
 struct Run {
   std::vector<double> losses;
   dax::CommStats last_step;
@@ -120,12 +129,7 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
     opt.step(params, dax::optim::clip_by_global_norm(grads, 1.0));
     run.last_step = dax::comm_stats();
     run.losses.push_back(loss.to_host()[0]);
-    if (print && (step % 10 == 0 || step == steps)) {  // ten steps a line
-      std::cout << "loss, steps " << std::setw(3) << (step - 1) / 10 * 10 + 1 << "-" << std::setw(3) << step << ":"
-                << std::fixed << std::setprecision(4);
-      for (int s = (step - 1) / 10 * 10; s < step; ++s) std::cout << " " << run.losses[static_cast<size_t>(s)];
-      std::cout << std::defaultfloat << "\n";
-    }
+    if (print) print_losses(run.losses, step, steps);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.params = params;
@@ -180,12 +184,7 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, const
     opt.step(params, dax::optim::clip_by_global_norm(grads, 1.0, pipe.global_norm(grads)));
     run.last_step = dax::comm_stats();
     run.losses.push_back(loss.to_host()[0]);
-    if (print && (step % 10 == 0 || step == steps)) {
-      std::cout << "loss, steps " << std::setw(3) << (step - 1) / 10 * 10 + 1 << "-" << std::setw(3) << step << ":"
-                << std::fixed << std::setprecision(4);
-      for (int s = (step - 1) / 10 * 10; s < step; ++s) std::cout << " " << run.losses[static_cast<size_t>(s)];
-      std::cout << std::defaultfloat << "\n";
-    }
+    if (print) print_losses(run.losses, step, steps);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
