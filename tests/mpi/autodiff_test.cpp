@@ -296,4 +296,31 @@ TEST_CASE("the backward moves what a hand-written schedule moves", "[autodiff][c
     CHECK(dax::comm_stats().total_calls() == 1);
     CHECK(dax::comm_stats().total_bytes() == all_reduce(rows * width));
   }
+  SECTION("a row-parallel output split by rows (sequence parallelism): its cotangent gathered once") {
+    // Forward: the partial sums reduce-scattered into row blocks. Backward: both products (the
+    // input's and the weight's gradient) want the cotangent whole; one all-gather serves both.
+    const Mesh model({n}, {"model"});
+    const int64_t rows = 2 * n, width = 4, hidden = 3 * n;
+    const NamedSharding by_rows(model, P("model"));
+    const auto target = uniform(rows * width, rng);
+    const auto ts = dax::device_put(target, {rows, width}, by_rows);
+    const auto tr = dax::device_put(target, {rows, width}, NamedSharding(model, P()));
+    const Params w{
+        dax::device_put(uniform(rows * hidden, rng), {rows, hidden}, NamedSharding(model, P(dax::none, "model"))),
+        dax::device_put(uniform(hidden * width, rng), {hidden, width}, NamedSharding(model, P("model")))};
+    auto split = [&](const Params& p) { return dax::mean(dax::square(dax::matmul(p[0], p[1], by_rows) - ts)); };
+    auto whole = [&](const Params& p) { return dax::mean(dax::square(dax::matmul(p[0], p[1]) - tr)); };
+    dax::comm_stats().reset();
+    const auto g = dax::grad(split)(w);
+    INFO(comm_text());
+    CHECK(dax::comm_stats().of("reduce_scatter").calls == 1);
+    CHECK(dax::comm_stats().of("all_gather").calls == 1);
+    CHECK(dax::comm_stats().total_bytes() == 2 * gather_or_scatter(rows * width) + all_reduce(1));
+    const auto want = dax::grad(whole)(w);
+    for (size_t i = 0; i < 2; ++i) {
+      const auto got_host = host(g[i]), want_host = host(want[i]);
+      REQUIRE(got_host.size() == want_host.size());
+      for (size_t k = 0; k < got_host.size(); ++k) CHECK(got_host[k] == Approx(want_host[k]).margin(1e-12));
+    }
+  }
 }

@@ -68,12 +68,21 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
 /// The cotangents of c = a @ b (operands of rank >= 2, batch dims broadcast): dA = g @ B^T and
 /// dB = A^T @ g, the transposes as views (BLAS flags, no copies), each laid out like its operand
 /// with the contraction's partial sums left unreduced, then summed over broadcast batch dims.
+/// When both products want g moved to the same layout (g split where the forward's output was
+/// asked to be, e.g. a row-parallel output under sequence parallelism), it is moved once.
 template <class T>
 Cotangents matmul_cotangents(const DistArray<T>& g, const DistArray<T>& a, const DistArray<T>& b, bool need_a,
                              bool need_b) {
   Cotangents out(2);
-  if (need_a) out[0] = AnyArray(sum_to(matmul_nd(g, transpose_last_two(b), a.sharding(), false, false, true), a.shape()));
-  if (need_b) out[1] = AnyArray(sum_to(matmul_nd(transpose_last_two(a), g, b.sharding(), false, false, true), b.shape()));
+  const DistArray<T> bt = transpose_last_two(b), at = transpose_last_two(a);
+  DistArray<T> gm = g;
+  if (need_a && need_b) {
+    const NamedSharding for_a = matmul_rule_for(g, bt, a.sharding(), false, false, true, matmul_grad(g, bt)).best().a;
+    const NamedSharding for_b = matmul_rule_for(at, g, b.sharding(), false, false, true, matmul_grad(at, g)).best().b;
+    if (for_a == for_b && !(for_a == g.sharding())) gm = moved_to(g, for_a);
+  }
+  if (need_a) out[0] = AnyArray(sum_to(matmul_nd(gm, bt, a.sharding(), false, false, true), a.shape()));
+  if (need_b) out[1] = AnyArray(sum_to(matmul_nd(at, gm, b.sharding(), false, false, true), b.shape()));
   return out;
 }
 

@@ -2,7 +2,8 @@
 // split where it is and never gather a table:
 // - take(table, ids, axis): each device looks its ids up in the rows it holds (ids outside them
 //   read zeros), so with the indexed dimension split over mesh axes A the local results are
-//   partial sums over A, reduced by one all-reduce (Megatron's vocab-parallel embedding). The
+//   partial sums over A, reduced by one all-reduce (Megatron's vocab-parallel embedding), or by a
+//   reduce-scatter when `out` splits the result over A (sequence parallelism's embedding). The
 //   other table dimensions keep their splits; ids keep theirs except over axes the table uses.
 //   Its VJP is a scatter-add into the rows each device holds: no communication, the cotangent left
 //   unreduced over the axes that split the ids (reduced once, with the other gradients).
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -94,24 +96,30 @@ inline RowView row_view(const Box& piece, int axis) {
 /// The slices of `table` along `axis` named by `ids` (int32 or int64, any shape): the result's
 /// shape is table's with dimension `axis` replaced by ids' shape (jnp.take(table, ids, axis)).
 /// An id outside [0, table.shape()[axis]) gives zeros. Differentiable in `table` (a scatter-add).
+/// `out` fixes the result's sharding (as matmul's does), else the rule picks it.
 template <class T, class I>
-DistArray<T> take(const DistArray<T>& table, const DistArray<I>& ids, int axis = 0) {
+DistArray<T> take(const DistArray<T>& table, const DistArray<I>& ids, int axis = 0,
+                  const std::optional<NamedSharding>& out_sharding = std::nullopt) {
   static_assert(detail::is_index_type_v<I>, "dax::take: ids must be int32_t or int64_t");
   DAX_CHECK(table.ndim() >= 1, "take: the table must have rank >= 1, got shape ", to_string(table.shape()));
   axis = detail::normalize_dim(axis, table.ndim(), "take");
   const detail::TakeRule& rule = detail::take_rules().get(
       detail::RuleKey{3100, {table.shape(), ids.shape()}, {table.sharding(), ids.sharding()}, {axis}},
       [&] { return detail::take_rule(table.shape(), table.sharding(), ids.shape(), ids.sharding(), axis); });
+  if (out_sharding)
+    DAX_CHECK(out_sharding->mesh() == table.sharding().mesh(), "take: out must be on the table's mesh ",
+              to_string(table.sharding().mesh()), ", got ", to_string(out_sharding->mesh()));
+  const NamedSharding& output = out_sharding ? *out_sharding : rule.output;
   const DistArray<T> tm = detail::moved_to(table, rule.table);
   const DistArray<I> im = detail::moved_to(ids, rule.ids);
   DistArray<T> out = [&] {
-    if (!tm.is_addressable()) return DistArray<T>(rule.out_shape, rule.output, nullptr);
+    if (!tm.is_addressable()) return DistArray<T>(rule.out_shape, output, nullptr);
     const detail::RowView v = detail::row_view(tm.local_index(), axis);
     const int64_t count = im.local_size();
     auto buffer = detail::dev::allocate(v.outer * count * v.inner * sizeof(T));
     detail::dev::gather_rows(tm.local_data().data(), v.outer, v.rows, v.inner, im.local_data().data(), count, v.first,
                              static_cast<T*>(buffer->data()));
-    return detail::moved_to(DistArray<T>(rule.out_shape, rule.partial, std::move(buffer)), rule.output);
+    return detail::moved_to(DistArray<T>(rule.out_shape, rule.partial, std::move(buffer)), output);
   }();
   detail::record("take", out, [&](auto) {
     return [tm, im, axis, partial = rule.partial, n = ids.ndim()](const DistArray<T>& g) {
