@@ -25,14 +25,6 @@ namespace {
 
 using Layers = std::vector<dax::DistArray<float>>;  // W0, b0, W1, b1, ...
 
-dax::pipeline::ScheduleKind kind_named(const std::string& name) {
-  using K = dax::pipeline::ScheduleKind;
-  for (K k : {K::gpipe, K::one_f_one_b, K::interleaved_1f1b, K::zero_bubble_h1})
-    if (name == dax::pipeline::to_string(k)) return k;
-  std::fprintf(stderr, "pipeline_bench: --schedule expects GPipe, 1F1B, Interleaved1F1B or ZBH1, got '%s'\n", name.c_str());
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,7 +42,13 @@ int main(int argc, char** argv) {
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
   }
-  const auto kind = kind_named(schedule_name);
+  const auto named = dax::pipeline::schedule_kind(schedule_name);
+  if (!named) {
+    std::fprintf(stderr, "pipeline_bench: --schedule expects GPipe, 1F1B, Interleaved1F1B or ZBH1, got '%s'\n",
+                 schedule_name.c_str());
+    return 2;
+  }
+  const dax::pipeline::ScheduleKind kind = *named;
   const int p = rt.size();
   const int v = kind == dax::pipeline::ScheduleKind::interleaved_1f1b ? 2 : 1;
   const dax::Mesh mesh({p}, {"stage"});

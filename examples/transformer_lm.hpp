@@ -13,6 +13,11 @@
 //                        vocab-parallel cross-entropy (three all-reduces of one value per token)
 // Everything else (positions, norms, the row-parallel biases) is replicated. With FSDP each
 // parameter is stored further split over 'data' (optim::shard_over) and gathered for its use.
+// With sequence parallelism (Megatron-SP, Layout::sp) the residual stream between the
+// tensor-parallel matmuls (embedding sum, layer norms, residual adds) is split over 'model' too,
+// by tokens: each row-parallel all-reduce becomes a reduce-scatter (the matmul's output sharding),
+// each column-parallel input an all-gather (a reshard); the same bytes, and those activations
+// take 1/model of the memory.
 // (The includes below are the ones examples/transformer_lm.cpp also makes first, because the CUDA
 // build includes that file inside a namespace; keep the two lists in step.)
 #pragma once
@@ -71,13 +76,26 @@ inline dax::PartitionSpec megatron_spec(const std::string& path) {
 struct Layout {
   dax::Mesh mesh;
   bool fsdp = false;
+  bool sp = false;  // sequence parallelism: the residual stream split over 'model' too
 
   dax::NamedSharding compute(const std::string& path) const { return {mesh, megatron_spec(path)}; }
   dax::NamedSharding stored(const std::string& path, const dax::Shape& shape) const {
     return fsdp ? dax::optim::shard_over("data")(path, compute(path), shape) : compute(path);
   }
   dax::NamedSharding tokens() const { return {mesh, dax::P("data")}; }              // ids, labels
+  /// Token positions split like the residual stream's rows.
+  dax::NamedSharding residual_tokens() const {
+    return sp ? dax::NamedSharding{mesh, dax::P(dax::axes("data", "model"))} : tokens();
+  }
   dax::NamedSharding activations() const { return {mesh, dax::P("data", dax::none)}; }  // (tokens, d)
+  /// The residual stream (tokens, d): the activations' layout, or with sequence parallelism the
+  /// tokens split over 'data' and then 'model'.
+  dax::NamedSharding residual() const {
+    return sp ? dax::NamedSharding{mesh, dax::P(dax::axes("data", "model"), dax::none)} : activations();
+  }
+  /// A column-parallel matmul's input: the residual stream gathered over 'model' (with sequence
+  /// parallelism one all-gather; else nothing to do).
+  Array gathered_input(const Array& x) const { return sp ? dax::reshard(x, activations()) : x; }
 };
 
 /// GPT-2's initialization: normal(0, 0.02) weights, the residual projections scaled by
@@ -119,8 +137,9 @@ Tree gathered(const Tree& stored, const Layout& layout) {
       [&](const std::string& path, const Array& p) { return dax::reshard(p, layout.compute(path)); }, stored);
 }
 
-/// Causal self-attention of x (tokens, d), heads split over 'model'.
-inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& x) {
+/// Causal self-attention of x (tokens, d, on the residual stream's layout), heads split over 'model'.
+inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& normed) {
+  const Array x = layout.gathered_input(normed);
   const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
   const Array q = dax::reshape(dax::matmul(x, p.wq), heads_shape);
   const Array k = dax::reshape(dax::matmul(x, p.wk), heads_shape);
@@ -128,25 +147,46 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
   const Array probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", q, k) * scale);
   const Array out = dax::reshape(dax::einsum("bhqk,bkhe->bqhe", probs, v), {c.tokens(), c.d_model});
-  return dax::matmul(out, p.wo, layout.activations()) + p.bo;  // row-parallel: one all-reduce
+  return dax::matmul(out, p.wo, layout.residual()) + p.bo;  // row-parallel: one all-reduce (SP: reduce-scatter)
 }
 
-inline Array mlp(const Layout& layout, const Layer& p, const Array& x) {
-  const Array h = dax::gelu(dax::matmul(x, p.w1) + p.b1, /*approximate=*/true);
-  return dax::matmul(h, p.w2, layout.activations()) + p.b2;  // row-parallel: one all-reduce
+inline Array mlp(const Layout& layout, const Layer& p, const Array& normed) {
+  const Array h = dax::gelu(dax::matmul(layout.gathered_input(normed), p.w1) + p.b1, /*approximate=*/true);
+  return dax::matmul(h, p.w2, layout.residual()) + p.b2;  // row-parallel: one all-reduce (SP: reduce-scatter)
+}
+
+/// The embedding: the vocab-parallel lookup (one all-reduce; SP: a reduce-scatter) plus the
+/// positions' rows, looked up where the residual stream's rows are (with SP each device its own
+/// tokens' positions: no communication either way, wpe's gradient summed with the others').
+inline Array embed(const Layout& layout, const Array& wte, const Array& wpe, const Ids& ids, const Ids& positions) {
+  return dax::take(wte, ids, 0, layout.residual()) + dax::take(wpe, dax::reshard(positions, layout.residual_tokens()), 0);
+}
+
+/// The layers on the residual stream x.
+inline Array blocks(const Config& c, const Layout& layout, const std::vector<Layer>& layers, Array x) {
+  for (const Layer& p : layers) {
+    x = x + attention(c, layout, p, dax::layer_norm(x, p.ln1_g, p.ln1_b));
+    x = x + mlp(layout, p, dax::layer_norm(x, p.ln2_g, p.ln2_b));
+  }
+  return x;
+}
+
+/// The final norm and the vocab-parallel head: logits split by vocabulary.
+inline Array head(const Layout& layout, const Array& x, const Array& g, const Array& b, const Array& w) {
+  return dax::matmul(layout.gathered_input(dax::layer_norm(x, g, b)), w);
+}
+
+/// The residual stream after the last layer (the head's input, before its norm).
+inline Array hidden(const Config& c, const Layout& layout, const Model& m, const Ids& ids, const Ids& positions) {
+  return blocks(c, layout, m.layers, embed(layout, m.wte, m.wpe, ids, positions));
 }
 
 /// The mean next-token cross-entropy of the batch: ids and labels (batch * seq), split over 'data'.
 inline Array loss(const Config& c, const Layout& layout, const Model& stored, const Ids& ids, const Ids& positions,
                   const Ids& labels) {
   const Model m = gathered(stored, layout);
-  Array x = dax::take(m.wte, ids, 0) + dax::take(m.wpe, positions, 0);  // vocab-parallel: one all-reduce
-  for (const Layer& p : m.layers) {
-    x = x + attention(c, layout, p, dax::layer_norm(x, p.ln1_g, p.ln1_b));
-    x = x + mlp(layout, p, dax::layer_norm(x, p.ln2_g, p.ln2_b));
-  }
-  const Array logits = dax::matmul(dax::layer_norm(x, m.lnf_g, m.lnf_b), m.head);  // split by vocabulary
-  return dax::cross_entropy(logits, labels);
+  const Array x = hidden(c, layout, m, ids, positions);
+  return dax::cross_entropy(head(layout, x, m.lnf_g, m.lnf_b, m.head), labels);
 }
 
 // ---- The same model cut into pipeline chunks (transformer_lm --pp N, dax::pipeline) ----
@@ -191,16 +231,13 @@ Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, 
       std::vector<int32_t> positions;
       for (int64_t i = 0; i < c.tokens(); ++i) positions.push_back(static_cast<int32_t>(i % c.seq));
       const Ids pos = dax::device_put(positions, {c.tokens()}, layout.tokens());
-      return dax::take(p.embed.at("wte"), in, 0) + dax::take(p.embed.at("wpe"), pos, 0);
+      return embed(layout, p.embed.at("wte"), p.embed.at("wpe"), in, pos);
     } else {
       return in;
     }
   }();
-  for (const Layer& l : p.layers) {
-    x = x + attention(c, layout, l, dax::layer_norm(x, l.ln1_g, l.ln1_b));
-    x = x + mlp(layout, l, dax::layer_norm(x, l.ln2_g, l.ln2_b));
-  }
-  if (!p.final.empty()) x = dax::matmul(dax::layer_norm(x, p.final.at("lnf_g"), p.final.at("lnf_b")), p.final.at("head"));
+  x = blocks(c, layout, p.layers, x);
+  if (!p.final.empty()) return head(layout, x, p.final.at("lnf_g"), p.final.at("lnf_b"), p.final.at("head"));
   return x;
 }
 
@@ -239,12 +276,35 @@ double pieces_bytes(const Layout& layout, const Tree& params, int device) {
   return bytes;
 }
 
+/// With sequence parallelism, the bytes of the parameters whose gradients sum over the residual
+/// stream's tokens (the norms, the row-parallel biases, the position table): replicated over
+/// 'model' but with each device's tokens their own, so reduced over 'data' and 'model' together.
+template <class Tree>
+double sequence_summed_bytes(const Tree& params) {
+  double bytes = 0;
+  dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
+    const std::string name = leaf_name(path);
+    if (name == "ln1_g" || name == "ln1_b" || name == "ln2_g" || name == "ln2_b" || name == "bo" || name == "b2" ||
+        name == "lnf_g" || name == "lnf_b" || name == "wpe")
+      bytes += static_cast<double>(p.size()) * 4;
+  }, params);
+  return bytes;
+}
+
+/// The gradients' all-reduce (ring): 2(n-1)/n of the pieces over 'data', and with sequence
+/// parallelism (n_sp = the model axis) the sequence-summed ones over data x model.
+inline double data_parallel_formula(double n_data, double n_sp, double pieces_bytes, double sequence_bytes) {
+  const double n = n_data * n_sp;
+  return 2 * (n_data - 1) / n_data * (pieces_bytes - sequence_bytes) + 2 * (n - 1) / n * sequence_bytes;
+}
+
 /// One training step's bytes (dax::comm_stats of the step) next to the formulas, for this device.
 struct BytesCheck {
   double megatron = 0;       // all-reduces over 'model', less the cross-entropy's
   double cross_entropy = 0;  // the vocab-parallel cross-entropy's three all-reduces of a value per token
-  double data_parallel = 0;  // all-reduces over 'data'
+  double data_parallel = 0;  // all-reduces over 'data' (with SP, over 'data' and 'model' too)
   double fsdp = 0;           // all-gathers + reduce-scatters over 'data'
+  double sequence_parallel = 0;  // with SP: the reduce-scatters and all-gathers over 'model' (in `megatron` too)
   StepBytes formula;
   bool checkable = false;  // the formulas apply: the data axis divides the batch (and, with FSDP, every
                            // parameter splits evenly over it)
@@ -266,6 +326,16 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   b.cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4;
   b.megatron = static_cast<double>(stats.of("all_reduce", "('model',)").bytes) - b.cross_entropy;
   b.data_parallel = static_cast<double>(stats.of("all_reduce", "('data',)").bytes);
+  if (layout.sp) {
+    // Each Megatron all-reduce is a reduce-scatter and an all-gather; the sequence-summed
+    // gradients are reduced over data x model together.
+    const double n_data_ = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")));
+    b.sequence_parallel = static_cast<double>(stats.of("reduce_scatter", "('model',)").bytes +
+                                              stats.of("all_gather", "('model',)").bytes);
+    b.megatron += b.sequence_parallel;
+    b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'model')").bytes);
+    b.formula.data_parallel = data_parallel_formula(n_data_, n_model, pieces_bytes, sequence_summed_bytes(params));
+  }
   b.fsdp = static_cast<double>(stats.of("all_gather", "('data',)").bytes) +
            static_cast<double>(stats.of("reduce_scatter", "('data',)").bytes);
   // When the data axis does not divide the batch, the attention's reshape to (batch, seq, heads,

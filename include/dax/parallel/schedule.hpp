@@ -14,8 +14,11 @@
 #include <dax/core/compiled_mode.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <dax/core/error.hpp>
@@ -40,6 +43,20 @@ inline const char* to_string(ScheduleKind kind) {
     case ScheduleKind::zero_bubble_h1: return "ZBH1";
   }
   return "?";
+}
+
+/// The schedule a name means: to_string's names, in any case ("1f1b", "zbh1"); nullopt for
+/// anything else (a command line reports it with the names it expected).
+inline std::optional<ScheduleKind> schedule_kind(std::string_view name) {
+  const auto lower = [](std::string_view text) {
+    std::string out(text);
+    for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return out;
+  };
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved_1f1b,
+                         ScheduleKind::zero_bubble_h1})
+    if (lower(to_string(k)) == lower(name)) return k;
+  return std::nullopt;
 }
 
 enum class Pass : uint8_t {

@@ -1,0 +1,164 @@
+// Context parallelism: ring attention (Liu et al. 2023; the load-balanced causal order of
+// Megatron-LM's context parallel and Brandon et al.'s striped / zigzag attention).
+//
+// Each device of a 'context' axis of c devices holds a block of the sequence of q, k and v. The k
+// and v blocks travel around the ring (ppermute, one neighbour each step), and each device
+// attends its queries to the block at hand; after c steps every query has seen every key. The
+// blocks' partial results are combined as flash attention combines its tiles: each block gives
+// its output normalised by its own softmax sum and that sum's log (lse), and the total is the
+// blocks' outputs weighted by exp(lse_block - lse_total).
+//
+// Causal attention with contiguous blocks would leave device 0 one block of work and device c-1
+// c blocks. In the zigzag order the sequence is cut into 2c chunks and device i holds chunks i and
+// 2c-1-i, so every device does the same work: a query chunk a attends kv chunk b in full when
+// b < a, causally when b == a, not at all when b > a. The caller lays the sequence out in that
+// order once (zigzag_order: permute token ids, positions and labels alike when loading a batch);
+// attention is the only op that cares.
+//
+// Written in shard_map with dax ops, so the gradient is the tape's: the backward sends the
+// cotangents of k and v back around the ring (ppermute's transpose). Bytes per call, per device:
+// (c-1)/c of k and of v forward, the same backward.
+#pragma once
+
+#include <dax/core/compiled_mode.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dax/core/error.hpp>
+#include <dax/manual/collectives.hpp>
+#include <dax/manual/shard_map.hpp>
+#include <dax/ops/einsum.hpp>
+#include <dax/ops/elementwise.hpp>
+#include <dax/ops/join.hpp>
+#include <dax/ops/reduction.hpp>
+
+namespace dax::parallel {
+
+/// The zigzag order of a sequence of `length` over `devices` devices: entry p is the original
+/// position of the token that goes to place p. The sequence is cut into 2 * devices chunks (the
+/// length must divide evenly) and device i's block is chunk i followed by chunk 2 * devices - 1 - i.
+inline std::vector<int64_t> zigzag_order(int64_t length, int devices) {
+  DAX_CHECK(devices >= 1 && length % (2 * devices) == 0, "zigzag_order: expected a length divisible by 2 x ",
+            devices, " devices, got ", length);
+  const int64_t chunk = length / (2 * devices);
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(length));
+  for (int i = 0; i < devices; ++i)
+    for (int64_t part : {int64_t(i), int64_t(2 * devices - 1 - i)})
+      for (int64_t t = 0; t < chunk; ++t) order.push_back(part * chunk + t);
+  return order;
+}
+
+namespace detail {
+
+/// Attention of the query block q (b, n, h, e) to one key / value block (b, m, h, e): its output
+/// normalised by its own softmax (b, h, n, e) and the log of that softmax's sum (b, h, n, 1). With
+/// `diagonal`, query t sees keys up to t only (the same chunk on both sides).
+template <class T>
+std::pair<DistArray<T>, DistArray<T>> attend_block(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
+                                                   double scale, bool diagonal) {
+  DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q, k) * T(scale);
+  if (diagonal) {
+    const int64_t n = q.shape()[1];
+    std::vector<T> mask(static_cast<size_t>(n * n), T(0));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = r + 1; c < n; ++c) mask[static_cast<size_t>(r * n + c)] = T(-1e30);
+    scores = scores + device_put(mask, Shape{n, n}, local_sharding());
+  }
+  const DistArray<T> m = stop_gradient(max(scores, {3}, true));  // its gradient terms cancel exactly
+  const DistArray<T> p = exp(scores - m);
+  const DistArray<T> l = sum(p, {3}, true);
+  return {einsum("bhqk,bkhe->bhqe", p, v) / l, m + log(l)};
+}
+
+/// Blocks' outputs (b, h, n, e) and their lse (b, h, n, 1) combined into one softmax over all
+/// their keys.
+template <class T>
+DistArray<T> combine_blocks(const std::vector<DistArray<T>>& outs, const std::vector<DistArray<T>>& lses) {
+  if (outs.size() == 1) return outs[0];
+  const DistArray<T> total = logsumexp(stack(lses), {0});
+  DistArray<T> o = outs[0] * exp(lses[0] - total);
+  for (size_t j = 1; j < outs.size(); ++j) o = o + outs[j] * exp(lses[j] - total);
+  return o;
+}
+
+/// The body of ring_attention on this device's blocks (b, n, h, e).
+template <class T>
+DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v, const std::string& axis,
+                                  bool causal, double scale) {
+  const int c = axis_size(axis), me = axis_index(axis);
+  const Shape s = q.shape();
+  const int64_t n = s[1];
+  // This device's query chunks and their global chunk indices (one whole block when not causal).
+  const int parts = causal ? 2 : 1;
+  const int64_t len = n / parts;
+  auto chunk_of = [&](int device, int part) { return part == 0 ? device : 2 * c - 1 - device; };
+  auto cut = [&](const DistArray<T>& x, int part) {
+    return parts == 1 ? x : slice(x, {0, part * len}, {s[0], (part + 1) * len});
+  };
+  std::vector<std::pair<int, int>> ring;  // each device passes its k and v on to the next
+  for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});
+  std::vector<std::vector<DistArray<T>>> outs(parts), lses(parts);
+  for (int step = 0; step < c; ++step) {
+    const int from = (me - step + c) % c;  // whose k and v are here
+    for (int a = 0; a < parts; ++a)
+      for (int b = 0; b < parts; ++b) {
+        const int qa = chunk_of(me, a), kb = chunk_of(from, b);
+        if (causal && kb > qa) continue;  // all in the future
+        auto [o, lse] = attend_block(cut(q, a), cut(k, b), cut(v, b), scale, causal && kb == qa);
+        outs[size_t(a)].push_back(std::move(o));
+        lses[size_t(a)].push_back(std::move(lse));
+      }
+    if (step + 1 < c) {
+      k = ppermute(k, axis, ring);
+      v = ppermute(v, axis, ring);
+    }
+  }
+  std::vector<DistArray<T>> parts_out;
+  for (int a = 0; a < parts; ++a)
+    parts_out.push_back(transpose(combine_blocks(outs[size_t(a)], lses[size_t(a)]), {0, 2, 1, 3}));
+  return parts == 1 ? parts_out[0] : concatenate(parts_out, 1);
+}
+
+}  // namespace detail
+
+/// softmax(q k^T * scale) v over the whole sequence, with the sequence split over mesh axis
+/// `axis` (context parallelism). q, k, v: (batch, sequence, heads, head_dim) on one mesh; the
+/// batch and the heads keep q's split (e.g. 'data' and 'model'), the sequence is split over
+/// `axis` (moved there first if it is not), and with `causal` it must be in zigzag_order for the
+/// axis's size. The result is laid out like the moved q. scale <= 0 means 1 / sqrt(head_dim).
+template <class T>
+DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
+                            const std::string& axis, bool causal, double scale = 0) {
+  DAX_CHECK(q.ndim() == 4 && k.shape() == q.shape() && v.shape() == q.shape(),
+            "ring_attention: expected q, k, v of one shape (batch, sequence, heads, head_dim), got ",
+            to_string(q.shape()), ", ", to_string(k.shape()), ", ", to_string(v.shape()));
+  const Mesh& mesh = q.sharding().mesh();
+  const int x = mesh.find_axis(axis);
+  DAX_CHECK(x >= 0, "ring_attention: expected an axis of ", to_string(mesh), ", got '", axis, "'");
+  const int c = static_cast<int>(mesh.axis_size(x));
+  const int64_t seq = q.shape()[1];
+  DAX_CHECK(seq % (causal ? 2 * c : c) == 0, "ring_attention: the sequence (", seq, ") must divide into ",
+            causal ? "2 x " : "", c, " equal chunks over '", axis, "'");
+  const PartitionSpec& qs = q.sharding().spec();
+  auto entry = [&](size_t d) { return d < qs.size() ? qs[d] : PartitionSpec::Entry(none); };
+  for (size_t d : {size_t(0), size_t(2)}) {
+    const PartitionSpec::Entry split = entry(d);
+    for (const std::string& name : split.axes())
+      DAX_CHECK(name != axis, "ring_attention: q's dimension ", d, " is split over '", axis,
+                "', the sequence's axis; expected it split over other axes, got ", to_string(qs));
+  }
+  const PartitionSpec spec(entry(0), axis, entry(2), none);
+  const double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  return shard_map(
+      [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+        return detail::ring_attention_block(qb, kb, vb, axis, causal, s);
+      },
+      mesh, {spec, spec, spec}, spec)(q, k, v);
+}
+
+}  // namespace dax::parallel
