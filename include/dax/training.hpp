@@ -14,6 +14,7 @@
 #include <dax/optim/optim.hpp>
 #include <dax/nn/nn.hpp>
 #include <dax/parallel/pipeline.hpp>
+#include <dax/parallel/ring_attention.hpp>
 #include <dax/parallel/schedule.hpp>
 
 // Compiled mode: the layers for the common element types are already compiled in dax's library.
