@@ -1,6 +1,6 @@
 // dax's training: parameter trees (and their checkpoints), value_and_grad / grad / vjp, remat and
-// custom_vjp, the optimizers, the layers of nn/ and the pipeline schedules of parallel/. dax.hpp
-// includes it.
+// custom_vjp, the optimizers, the layers of nn/, and parallel/: the pipeline schedules and ring
+// attention. dax.hpp includes it.
 #pragma once
 
 #include <dax/array.hpp>

@@ -1,9 +1,9 @@
 // Ring attention (dax::parallel::ring_attention) over a 'context' axis of every size the job
 // allows, causal in the zigzag order and not causal: the output against attention computed on the
 // host over the whole sequence, the gradients of q, k and v against dax's unsplit attention
-// (causal_softmax on replicated arrays), both in double to 1e-10, with fresh random inputs; the
-// bytes each device receives (k and v around the ring forward, their cotangents back); the
-// zigzag order; errors.
+// (causal_softmax on replicated arrays), both in double to 1e-10, with fresh random inputs, for
+// both backwards (recomputing, and the tape's); the bytes each device receives; the zigzag order;
+// errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -89,8 +89,11 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
   const Mesh mesh({c}, {"context"});
   std::mt19937 rng(shared_seed());
   const int64_t b = 2, h = 2, e = 3, chunk = 2;
-  for (bool causal : {true, false}) {
-    DYNAMIC_SECTION((causal ? "causal, zigzag order" : "not causal") << ", " << c << " devices") {
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool causal = mode < 2, recompute = mode % 2 == 0;
+    DYNAMIC_SECTION((causal ? "causal, zigzag order" : "not causal") << (recompute ? ", recomputing backward" : ", tape's backward")
+                    << ", " << c << " devices") {
+      const dax::parallel::RingAttention how{.causal = causal, .recompute = recompute};
       const int64_t s = chunk * (causal ? 2 * c : c);
       const Shape shape{b, s, h, e};
       const size_t n = size_t(b * s * h * e);
@@ -104,7 +107,7 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
       };
       // Forward: against the host, in the natural order.
       const auto qs = put(q, split, true), ks = put(k, split, true), vs = put(v, split, true);
-      const auto out = dax::parallel::ring_attention(qs, ks, vs, "context", causal);
+      const auto out = dax::parallel::ring_attention(qs, ks, vs, "context", how);
       CHECK(out.sharding() == split);
       const auto got = reorder(out.to_host(), order, b, s, h * e, true);
       const auto want = host_attention(q, k, v, b, s, h, e, causal);
@@ -114,7 +117,7 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
       const auto ws = put(w, split, true);
       using Qkv = std::vector<DistArray<double>>;
       auto ring_loss = [&](const Qkv& p) {
-        return dax::sum(dax::parallel::ring_attention(p[0], p[1], p[2], "context", causal) * ws);
+        return dax::sum(dax::parallel::ring_attention(p[0], p[1], p[2], "context", how) * ws);
       };
       const auto ww = put(w, whole, false);
       auto whole_loss = [&](const Qkv& p) {
@@ -132,10 +135,11 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
         const auto r = reorder(ring_grads[j].to_host(), order, b, s, h * e, true), u = whole_grads[j].to_host();
         for (size_t i = 0; i < n; ++i) REQUIRE(r[i] == Approx(u[i]).margin(1e-10));
       }
-      // k and v each go c-1 steps around the ring forward, their cotangents c-1 steps back: a
-      // block of b * s/c * h * e doubles each time.
+      // In blocks of b * s/c * h * e doubles: k and v each go c-1 steps around the ring forward;
+      // the tape's backward sends their cotangents c-1 steps back, the recomputing one sends k and
+      // v c-1 steps again and their gradients' accumulators c steps (the last one home).
       const int64_t block = b * (s / c) * h * e * int64_t(sizeof(double));
-      CHECK(ppermuted.bytes == 4 * (c - 1) * block);
+      CHECK(ppermuted.bytes == (recompute ? (c > 1 ? 6 * c - 4 : 0) : 4 * (c - 1)) * block);
     }
   }
 }

@@ -1,7 +1,8 @@
 // The named-axis collectives of shard_map, with JAX's shape rules: psum / pmean / pmax / pmin,
-// all_gather, psum_scatter, all_to_all, ppermute, pvary, axis_index, axis_size. Each takes a local block
-// and runs one collective on the communicator of exactly the named axes (members ranked with the
-// first named axis major); the dimension moves around it are local transposes.
+// all_gather, psum_scatter, all_to_all, all_to_allv (uneven rows), ppermute, pvary, axis_index,
+// axis_size. Each takes a local block and runs one collective on the communicator of exactly the
+// named axes (members ranked with the first named axis major); the dimension moves around it are
+// local transposes.
 #pragma once
 
 #include <numeric>
@@ -284,6 +285,71 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
     return [axes, split_dim, concat_dim, tiled](const DistArray<T>& ct) {
       return all_to_all(ct, axes, concat_dim, split_dim, tiled);
     };
+  });
+  return out;
+}
+
+/// Rows exchanged over the named axes in uneven counts (a mixture of experts' token dispatch, MPI's
+/// Alltoallv): x's first dimension holds, in member order, `send_counts[j]` rows for member j (they
+/// sum to x's first dimension); the result holds the rows every member sent this one, in member
+/// order. `recv_counts` (what each member sends here) may be given; else one small exchange of the
+/// counts finds them (all_to_allv_counts). Bytes received: the rows that come from other members.
+/// The transpose sends the cotangent's rows back with the counts swapped.
+inline std::vector<int64_t> all_to_allv_counts(const std::vector<int64_t>& send_counts, const AxisNames& axes) {
+  const detail::AxisGroup g = detail::axis_group(axes, "all_to_allv");
+  DAX_CHECK(static_cast<int>(send_counts.size()) == g.size, "all_to_allv: expected ", g.size,
+            " send counts (one per member of ", g.text(), "), got ", send_counts.size());
+  for (int64_t c : send_counts) DAX_CHECK(c >= 0, "all_to_allv: expected counts >= 0, got ", c);
+  if (g.size == 1) return send_counts;
+  const std::vector<int64_t> all = g.comm().host().all_gather_host(send_counts);  // member-major
+  std::vector<int64_t> recv(static_cast<size_t>(g.size));
+  for (int j = 0; j < g.size; ++j) recv[size_t(j)] = all[size_t(j) * size_t(g.size) + size_t(g.index)];
+  return recv;
+}
+
+template <class T>
+DistArray<T> all_to_allv(const DistArray<T>& x, const AxisNames& axes, const std::vector<int64_t>& send_counts,
+                         std::vector<int64_t> recv_counts = {}) {
+  if (recv_counts.empty()) recv_counts = all_to_allv_counts(send_counts, axes);
+  DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
+    const detail::AxisGroup g = detail::axis_group(axes, "all_to_allv");
+    detail::check_local_block(x, g, "all_to_allv");
+    // Each member sends its own number of rows: the label (compared across the group when calls
+    // are checked) names the rows' shape, not their count.
+    const detail::OpLabel label([&] {
+      return detail::cat("all_to_allv of rows ", to_string(Shape(x.shape().begin() + (x.ndim() > 0 ? 1 : 0), x.shape().end())),
+                         " ", to_string(dtype_v<T>), " over ", g.text());
+    });
+    DAX_CHECK(x.ndim() >= 1, "all_to_allv: expected an array of rows (rank >= 1), got shape ", to_string(x.shape()));
+    DAX_CHECK(static_cast<int>(send_counts.size()) == g.size && static_cast<int>(recv_counts.size()) == g.size,
+              "all_to_allv: expected ", g.size, " send and receive counts (one per member of ", g.text(), "), got ",
+              send_counts.size(), " and ", recv_counts.size());
+    int64_t sent = 0, received = 0;
+    for (int64_t c : send_counts) sent += c;
+    for (int64_t c : recv_counts) received += c;
+    DAX_CHECK(sent == x.shape()[0], "all_to_allv: the send counts add up to ", sent, " rows, but x has ",
+              x.shape()[0], " (shape ", to_string(x.shape()), ")");
+    const int64_t row = numel(Shape(x.shape().begin() + 1, x.shape().end()));
+    Shape out_shape = x.shape();
+    out_shape[0] = received;
+    auto piece = detail::dev::allocate(received * row * sizeof(T));
+    if (g.size == 1) {
+      detail::dev::copy(piece->data(), x.local_data().data(), x.local_data().size_bytes());
+    } else {
+      std::vector<int64_t> sc(size_t(g.size)), sd(size_t(g.size)), rc(size_t(g.size)), rd(size_t(g.size));
+      for (int j = 0; j < g.size; ++j) {
+        sc[size_t(j)] = send_counts[size_t(j)] * row, rc[size_t(j)] = recv_counts[size_t(j)] * row;
+        if (j > 0) sd[size_t(j)] = sd[size_t(j) - 1] + sc[size_t(j) - 1], rd[size_t(j)] = rd[size_t(j) - 1] + rc[size_t(j) - 1];
+      }
+      const int64_t started = detail::collective_start();
+      g.comm().all_to_allv(x.local_data().data(), sc, sd, piece->data(), rc, rd, dtype_v<T>);
+      const int64_t from_others = (received - recv_counts[size_t(g.index)]) * row;
+      detail::count_collective("all_to_allv", g.text(), from_others * int64_t(sizeof(T)), started);
+    }
+    return detail::local_block<T>(g, std::move(out_shape), std::move(piece));
+  });
+  detail::record_collective("all_to_allv", out, x, detail::axis_group(axes, "all_to_allv"), false, [&] {
+    return [axes, send_counts, recv_counts](const DistArray<T>& ct) { return all_to_allv(ct, axes, recv_counts, send_counts); };
   });
   return out;
 }

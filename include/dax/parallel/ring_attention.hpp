@@ -15,19 +15,28 @@
 // order once (zigzag_order: permute token ids, positions and labels alike when loading a batch);
 // attention is the only op that cares.
 //
-// Written in shard_map with dax ops, so the gradient is the tape's: the backward sends the
-// cotangents of k and v back around the ring (ppermute's transpose). Bytes per call, per device:
-// (c-1)/c of k and of v forward, the same backward.
+// Written in shard_map with dax ops. Two backwards (RingAttention::recompute):
+// - recompute (the default, as flash attention and ring-flash-attention do): the forward keeps only
+//   each query's output and lse; the backward sends k, v and their gradients' accumulators around
+//   the ring once more and recomputes each block's probabilities. Memory: one block's scores at a
+//   time. Bytes per call, per device, in blocks of k: 2(c-1) forward, 2(c-1) + 2c backward (the
+//   accumulators take one more step home).
+// - the tape's: every block's scores and probabilities are kept for the backward, which sends the
+//   cotangents of k and v back around the ring (ppermute's transpose): 2(c-1) blocks each way, and
+//   about 1/c of the unsplit attention's memory plus every k / v block.
 #pragma once
 
 #include <dax/core/compiled_mode.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include <dax/autodiff/custom_vjp.hpp>
 #include <dax/core/error.hpp>
 #include <dax/manual/collectives.hpp>
 #include <dax/manual/shard_map.hpp>
@@ -124,19 +133,148 @@ DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArr
   return parts == 1 ? parts_out[0] : concatenate(parts_out, 1);
 }
 
+/// The recomputing forward on this device's blocks (b, n, h, e): its queries' outputs and, per
+/// query, the log of its softmax's sum over every key (b, h, n, 1); blocks are combined as they
+/// come, so one block's scores are alive at a time.
+template <class T>
+std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v,
+                                                          const std::string& axis, bool causal, double scale) {
+  const int c = axis_size(axis), me = axis_index(axis);
+  const Shape s = q.shape();
+  const int parts = causal ? 2 : 1;
+  const int64_t len = s[1] / parts;
+  auto chunk_of = [&](int device, int part) { return part == 0 ? device : 2 * c - 1 - device; };
+  auto cut = [&](const DistArray<T>& x, int part) {
+    return parts == 1 ? x : slice(x, {0, part * len}, {s[0], (part + 1) * len});
+  };
+  std::vector<std::pair<int, int>> ring;
+  for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});
+  std::vector<std::optional<DistArray<T>>> outs(static_cast<size_t>(parts)), lses(static_cast<size_t>(parts));
+  for (int step = 0; step < c; ++step) {
+    const int from = (me - step + c) % c;
+    for (int a = 0; a < parts; ++a)
+      for (int b = 0; b < parts; ++b) {
+        const int qa = chunk_of(me, a), kb = chunk_of(from, b);
+        if (causal && kb > qa) continue;
+        auto [o, lse] = attend_block(cut(q, a), cut(k, b), cut(v, b), scale, causal && kb == qa);
+        auto& out = outs[size_t(a)];
+        auto& total = lses[size_t(a)];
+        if (!out) {
+          out = std::move(o), total = std::move(lse);
+        } else {  // log(e^x + e^y) = m + log(e^(x-m) + e^(y-m)), m = max(x, y)
+          const DistArray<T> m = maximum(*total, lse);
+          const DistArray<T> both = m + log(exp(*total - m) + exp(lse - m));
+          out = *out * exp(*total - both) + o * exp(lse - both);
+          total = both;
+        }
+      }
+    if (step + 1 < c) {
+      k = ppermute(k, axis, ring);
+      v = ppermute(v, axis, ring);
+    }
+  }
+  std::vector<DistArray<T>> o_parts, lse_parts;
+  for (int a = 0; a < parts; ++a) {
+    o_parts.push_back(transpose(*outs[size_t(a)], {0, 2, 1, 3}));
+    lse_parts.push_back(*lses[size_t(a)]);
+  }
+  if (parts == 1) return {o_parts[0], lse_parts[0]};
+  return {concatenate(o_parts, 1), concatenate(lse_parts, 2)};
+}
+
+/// The recomputing backward on this device's blocks: q, k, v, the output and the cotangent g
+/// (b, n, h, e), lse (b, h, n, 1). For each query block a and key block b (as the forward pairs
+/// them): P = exp(S - lse), dV_b += P^T dO, dS = P (dO V_b^T - rowsum(dO O)), dQ_a += dS K_b scale,
+/// dK_b += dS^T Q_a scale. dQ stays here; dK and dV travel with k and v and come home at the end.
+template <class T>
+std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const DistArray<T>& q, DistArray<T> k,
+                                                                         DistArray<T> v, const DistArray<T>& out,
+                                                                         const DistArray<T>& lse, const DistArray<T>& g,
+                                                                         const std::string& axis, bool causal,
+                                                                         double scale) {
+  const int c = axis_size(axis), me = axis_index(axis);
+  const Shape s = q.shape();
+  const int parts = causal ? 2 : 1;
+  const int64_t len = s[1] / parts;
+  auto chunk_of = [&](int device, int part) { return part == 0 ? device : 2 * c - 1 - device; };
+  auto cut = [&](const DistArray<T>& x, int part) {  // along the sequence: dim 1 of (b, n, h, e)
+    return parts == 1 ? x : slice(x, {0, part * len}, {s[0], (part + 1) * len});
+  };
+  auto cut_rows = [&](const DistArray<T>& x, int part) {  // along the queries: dim 2 of (b, h, n, 1)
+    return parts == 1 ? x : slice(x, {0, 0, part * len}, {s[0], s[2], (part + 1) * len});
+  };
+  auto joined = [&](const std::vector<DistArray<T>>& xs) { return parts == 1 ? xs[0] : concatenate(xs, 1); };
+  std::vector<std::pair<int, int>> ring;
+  for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});
+  const Shape part_shape{s[0], len, s[2], s[3]};
+  std::vector<DistArray<T>> dq, dk, dv;
+  std::vector<DistArray<T>> q_parts, g_parts, lse_parts, d_parts;  // d: rowsum(dO * O), (b, h, n, 1)
+  for (int a = 0; a < parts; ++a) {
+    dq.push_back(zeros<T>(part_shape, local_sharding()));
+    dk.push_back(zeros<T>(part_shape, local_sharding()));
+    dv.push_back(zeros<T>(part_shape, local_sharding()));
+    q_parts.push_back(cut(q, a));
+    g_parts.push_back(cut(g, a));
+    lse_parts.push_back(cut_rows(lse, a));
+    d_parts.push_back(expand_dims(einsum("bqhe,bqhe->bhq", g_parts.back(), cut(out, a)), 3));
+  }
+  for (int step = 0; step < c; ++step) {
+    const int from = (me - step + c) % c;
+    for (int a = 0; a < parts; ++a)
+      for (int b = 0; b < parts; ++b) {
+        const int qa = chunk_of(me, a), kb = chunk_of(from, b);
+        if (causal && kb > qa) continue;
+        const DistArray<T> kp = cut(k, b), vp = cut(v, b);
+        DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q_parts[size_t(a)], kp) * T(scale);
+        if (causal && kb == qa) {
+          std::vector<T> mask(static_cast<size_t>(len * len), T(0));
+          for (int64_t r = 0; r < len; ++r)
+            for (int64_t col = r + 1; col < len; ++col) mask[static_cast<size_t>(r * len + col)] = T(-1e30);
+          scores = scores + device_put(mask, Shape{len, len}, local_sharding());
+        }
+        const DistArray<T> p = exp(scores - lse_parts[size_t(a)]);
+        dv[size_t(b)] = dv[size_t(b)] + einsum("bhqk,bqhe->bkhe", p, g_parts[size_t(a)]);
+        const DistArray<T> ds = p * (einsum("bqhe,bkhe->bhqk", g_parts[size_t(a)], vp) - d_parts[size_t(a)]);
+        dq[size_t(a)] = dq[size_t(a)] + einsum("bhqk,bkhe->bqhe", ds, kp) * T(scale);
+        dk[size_t(b)] = dk[size_t(b)] + einsum("bhqk,bqhe->bkhe", ds, q_parts[size_t(a)]) * T(scale);
+      }
+    // k and v go on to the next device while there is a step left; the accumulators of their
+    // gradients go with them, one step more: after c steps they are back on the device they
+    // belong to.
+    if (step + 1 < c) {
+      k = ppermute(k, axis, ring);
+      v = ppermute(v, axis, ring);
+    }
+    if (c > 1) {
+      const DistArray<T> dk_on = ppermute(joined(dk), axis, ring), dv_on = ppermute(joined(dv), axis, ring);
+      for (int b = 0; b < parts; ++b) dk[size_t(b)] = cut(dk_on, b), dv[size_t(b)] = cut(dv_on, b);
+    }
+  }
+  return {joined(dq), joined(dk), joined(dv)};
+}
+
 }  // namespace detail
+
+/// How ring_attention's backward runs (the header's comment has the trade).
+struct RingAttention {
+  bool causal = true;
+  double scale = 0;        // <= 0: 1 / sqrt(head_dim)
+  bool recompute = true;   // recompute each block's probabilities in the backward (memory: one
+                           // block's scores) rather than keep them all from the forward
+};
 
 /// softmax(q k^T * scale) v over the whole sequence, with the sequence split over mesh axis
 /// `axis` (context parallelism). q, k, v: (batch, sequence, heads, head_dim) on one mesh; the
 /// batch and the heads keep q's split (e.g. 'data' and 'model'), the sequence is split over
 /// `axis` (moved there first if it is not), and with `causal` it must be in zigzag_order for the
-/// axis's size. The result is laid out like the moved q. scale <= 0 means 1 / sqrt(head_dim).
+/// axis's size. The result is laid out like the moved q.
 template <class T>
 DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
-                            const std::string& axis, bool causal, double scale = 0) {
+                            const std::string& axis, const RingAttention& options = {}) {
   DAX_CHECK(q.ndim() == 4 && k.shape() == q.shape() && v.shape() == q.shape(),
             "ring_attention: expected q, k, v of one shape (batch, sequence, heads, head_dim), got ",
             to_string(q.shape()), ", ", to_string(k.shape()), ", ", to_string(v.shape()));
+  const bool causal = options.causal;
   const Mesh& mesh = q.sharding().mesh();
   const int x = mesh.find_axis(axis);
   DAX_CHECK(x >= 0, "ring_attention: expected an axis of ", to_string(mesh), ", got '", axis, "'");
@@ -153,12 +291,41 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
                 "', the sequence's axis; expected it split over other axes, got ", to_string(qs));
   }
   const PartitionSpec spec(entry(0), axis, entry(2), none);
-  const double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
-  return shard_map(
-      [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
-        return detail::ring_attention_block(qb, kb, vb, axis, causal, s);
-      },
-      mesh, {spec, spec, spec}, spec)(q, k, v);
+  const double s = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  if (!options.recompute)
+    return shard_map(
+        [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+          return detail::ring_attention_block(qb, kb, vb, axis, causal, s);
+        },
+        mesh, {spec, spec, spec}, spec)(q, k, v);
+  const PartitionSpec rows(entry(0), entry(2), axis, none);  // lse: (batch, heads, sequence, 1)
+  auto forward = [=](const DistArray<T>& qf, const DistArray<T>& kf, const DistArray<T>& vf) {
+    const NamedSharding at(mesh, spec);
+    const DistArray<T> qm = reshard(qf, at), km = reshard(kf, at), vm = reshard(vf, at);
+    auto [out, lse] = shard_map(
+        [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+          return detail::ring_forward_block(qb, kb, vb, axis, causal, s);
+        },
+        mesh, {spec, spec, spec}, std::vector<PartitionSpec>{spec, rows})(qm, km, vm);
+    return std::pair{out, std::tuple{qm, km, vm, out, lse}};
+  };
+  auto backward = [=](const auto& saved, const DistArray<T>& g) {
+    const auto& [qm, km, vm, out, lse] = saved;
+    return shard_map(
+        [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb, const DistArray<T>& ob,
+                          const DistArray<T>& lb, const DistArray<T>& gb) {
+          return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s);
+        },
+        mesh, {spec, spec, spec, spec, rows, spec}, std::vector<PartitionSpec>{spec, spec, spec})(qm, km, vm, out, lse, g);
+  };
+  return custom_vjp("ring_attention", forward, backward)(q, k, v);
+}
+
+/// ring_attention(q, k, v, axis, {causal, scale}).
+template <class T>
+DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
+                            const std::string& axis, bool causal, double scale = 0) {
+  return ring_attention(q, k, v, axis, RingAttention{.causal = causal, .scale = scale});
 }
 
 }  // namespace dax::parallel
