@@ -283,10 +283,7 @@ template <class Tree>
 double sequence_summed_bytes(const Tree& params) {
   double bytes = 0;
   dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
-    const std::string name = leaf_name(path);
-    if (name == "ln1_g" || name == "ln1_b" || name == "ln2_g" || name == "ln2_b" || name == "bo" || name == "b2" ||
-        name == "lnf_g" || name == "lnf_b" || name == "wpe")
-      bytes += static_cast<double>(p.size()) * 4;
+    if (megatron_spec(path) == dax::P()) bytes += static_cast<double>(p.size()) * 4;  // the replicated ones
   }, params);
   return bytes;
 }
