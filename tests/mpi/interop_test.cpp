@@ -442,7 +442,10 @@ TEST_CASE("malformed safetensors and .npz files: one message on every rank namin
   }
   {  // a bool that is neither 0 nor 1
     const std::string json = "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2,3],\"data_offsets\":[0,6]}}";
-    const auto [p, e] = error(safetensors(json, std::string("\x01\x00\x01\x00\x07\x01", 6)), "m");
+    // p named, not a structured binding: clang before 16 cannot capture bindings in lambdas.
+    const auto pe = error(safetensors(json, std::string("\x01\x00\x01\x00\x07\x01", 6)), "m");
+    const std::string& p = pe.first;
+    const std::string& e = pe.second;
     CHECK(e == "load: " + p + ": entry 'm' holds bool ('BOOL'), not the float32 asked for");
     const std::string b = error_of([&] { dax::load<bool>(p, "m", NamedSharding(any.mesh(), P())); });
     CHECK(b == cat("load: ", p, ": entry 'm' holds the byte 7 at byte ", 8 + json.size() + 4,

@@ -45,7 +45,9 @@ TEMPLATE_TEST_CASE("elementwise ops with broadcasting on random shardings", "[op
   const std::vector<std::pair<Shape, Shape>> pairs{{{5, 6}, {5, 6}}, {{7, 3}, {3}},   {{4, 1, 5}, {3, 5}},
                                                    {{6}, {}},        {{2, 3, 4}, {2, 1, 4}}, {{0, 3}, {3}}};
   for (int trial = 0; trial < 30; ++trial) {
-    const auto& [as, bs] = pairs[trial % pairs.size()];
+    // Named references, not a structured binding: clang before 16 cannot capture bindings in lambdas.
+    const auto& as = pairs[trial % pairs.size()].first;
+    const auto& bs = pairs[trial % pairs.size()].second;
     const Mesh& mesh = random_mesh(pick);
     const auto sa = random_sharding(pick, mesh, as.size()), sb = random_sharding(pick, mesh, bs.size());
     const auto ha = dax::test::random_values<T>(dax::numel(as), pick.rng);

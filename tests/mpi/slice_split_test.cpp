@@ -290,7 +290,9 @@ TEST_CASE("the gradient through a slice: finite differences, two shardings, the 
       {{13}, {{3}, {13}, {1}}},       {{16}, {{5}, {11}, {1}}},          {{7, 5}, {{1, 0}, {5, 2}, {1, 1}}},
       {{9, 6}, {{2, 1}, {9, 6}, {1, 1}}}, {{9, 6}, {{4, 0}, {4, 6}, {1, 1}}}, {{11, 3}, {{0, 1}, {10, 3}, {1, 1}}}};
   for (size_t i = 0; i < cases.size(); ++i) {
-    const auto& [shape, w] = cases[i];
+    // Named references, not a structured binding: clang before 16 cannot capture bindings in lambdas.
+    const auto& shape = cases[i].first;
+    const auto& w = cases[i].second;
     for (int trial = 0; trial < 4; ++trial) {
       const Mesh& mesh = meshes[pick(meshes.size())];
       const auto shardings = dax::test::all_shardings(mesh, shape.size(), false);
