@@ -65,24 +65,71 @@ inline std::vector<int64_t> zigzag_order(int64_t length, int devices) {
 namespace detail {
 
 /// Attention of the query block q (b, n, h, e) to one key / value block (b, m, h, e): its output
-/// normalised by its own softmax (b, h, n, e) and the log of that softmax's sum (b, h, n, 1). With
-/// `diagonal`, query t sees keys up to t only (the same chunk on both sides).
+/// normalised by its own softmax (b, h, n, e) and the log of that softmax's sum (b, h, n, 1). With a
+/// `mask` (RingBlocks::diagonal_mask: the same chunk on both sides), query t sees keys up to t only.
 template <class T>
 std::pair<DistArray<T>, DistArray<T>> attend_block(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
-                                                   double scale, bool diagonal) {
+                                                   double scale, const DistArray<T>* mask) {
   DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q, k) * T(scale);
-  if (diagonal) {
-    const int64_t n = q.shape()[1];
-    std::vector<T> mask(static_cast<size_t>(n * n), T(0));
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = r + 1; c < n; ++c) mask[static_cast<size_t>(r * n + c)] = T(-1e30);
-    scores = scores + device_put(mask, Shape{n, n}, local_sharding());
-  }
+  if (mask) scores = scores + *mask;
   const DistArray<T> m = stop_gradient(max(scores, {3}, true));  // its gradient terms cancel exactly
   const DistArray<T> p = exp(scores - m);
   const DistArray<T> l = sum(p, {3}, true);
   return {einsum("bhqk,bkhe->bhqe", p, v) / l, m + log(l)};
 }
+
+/// This device's place in the ring, shared by the three ring bodies below: c devices, this one's
+/// index, its query chunks (two in zigzag order when causal, one whole block otherwise), which
+/// block pairs meet at each step, and the permutation that passes k and v on to the next device.
+template <class T>
+class RingBlocks {
+ public:
+  RingBlocks(const Shape& shape, const std::string& axis, bool causal)
+      : c(axis_size(axis)), me(axis_index(axis)), parts(causal ? 2 : 1), len(shape[1] / parts), shape_(shape),
+        causal_(causal) {
+    for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});  // each device passes on to the next
+  }
+
+  const int c, me, parts;
+  const int64_t len;  // tokens in one chunk
+  std::vector<std::pair<int, int>> ring;
+
+  /// Whose k and v are here at `step`.
+  int from(int step) const { return (me - step + c) % c; }
+  /// The global chunk index of `device`'s chunk `part`.
+  int chunk_of(int device, int part) const { return part == 0 ? device : 2 * c - 1 - device; }
+  /// Whether query chunk `a` of this device meets key chunk `b` of `device` (not all in its future).
+  bool meets(int a, int device, int b) const { return !causal_ || chunk_of(device, b) <= chunk_of(me, a); }
+  /// The causal mask where they meet on the diagonal (null elsewhere): one (len, len) array for
+  /// the whole call, built on its first use.
+  const DistArray<T>* mask(int a, int device, int b) {
+    if (!causal_ || chunk_of(device, b) != chunk_of(me, a)) return nullptr;
+    if (!mask_) {
+      std::vector<T> host(static_cast<size_t>(len * len), T(0));
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t col = r + 1; col < len; ++col) host[static_cast<size_t>(r * len + col)] = T(-1e30);
+      mask_ = device_put(host, Shape{len, len}, local_sharding());
+    }
+    return &*mask_;
+  }
+  /// Chunk `part` along the sequence: dim 1 of (b, n, h, e).
+  DistArray<T> cut(const DistArray<T>& x, int part) const {
+    return parts == 1 ? x : slice(x, {0, part * len}, {shape_[0], (part + 1) * len});
+  }
+  /// Chunk `part` along the queries: dim 2 of (b, h, n, 1).
+  DistArray<T> cut_rows(const DistArray<T>& x, int part) const {
+    return parts == 1 ? x : slice(x, {0, 0, part * len}, {shape_[0], shape_[2], (part + 1) * len});
+  }
+  /// The chunks joined along the sequence again.
+  DistArray<T> joined(const std::vector<DistArray<T>>& xs, int64_t dim = 1) const {
+    return parts == 1 ? xs[0] : concatenate(xs, dim);
+  }
+
+ private:
+  Shape shape_;
+  bool causal_;
+  std::optional<DistArray<T>> mask_;
+};
 
 /// Blocks' outputs (b, h, n, e) and their lse (b, h, n, 1) combined into one softmax over all
 /// their keys.
@@ -99,38 +146,26 @@ DistArray<T> combine_blocks(const std::vector<DistArray<T>>& outs, const std::ve
 template <class T>
 DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v, const std::string& axis,
                                   bool causal, double scale) {
-  const int c = axis_size(axis), me = axis_index(axis);
-  const Shape s = q.shape();
-  const int64_t n = s[1];
-  // This device's query chunks and their global chunk indices (one whole block when not causal).
-  const int parts = causal ? 2 : 1;
-  const int64_t len = n / parts;
-  auto chunk_of = [&](int device, int part) { return part == 0 ? device : 2 * c - 1 - device; };
-  auto cut = [&](const DistArray<T>& x, int part) {
-    return parts == 1 ? x : slice(x, {0, part * len}, {s[0], (part + 1) * len});
-  };
-  std::vector<std::pair<int, int>> ring;  // each device passes its k and v on to the next
-  for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});
-  std::vector<std::vector<DistArray<T>>> outs(parts), lses(parts);
-  for (int step = 0; step < c; ++step) {
-    const int from = (me - step + c) % c;  // whose k and v are here
-    for (int a = 0; a < parts; ++a)
-      for (int b = 0; b < parts; ++b) {
-        const int qa = chunk_of(me, a), kb = chunk_of(from, b);
-        if (causal && kb > qa) continue;  // all in the future
-        auto [o, lse] = attend_block(cut(q, a), cut(k, b), cut(v, b), scale, causal && kb == qa);
+  RingBlocks<T> r(q.shape(), axis, causal);
+  std::vector<std::vector<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
+  for (int step = 0; step < r.c; ++step) {
+    const int from = r.from(step);
+    for (int a = 0; a < r.parts; ++a)
+      for (int b = 0; b < r.parts; ++b) {
+        if (!r.meets(a, from, b)) continue;
+        auto [o, lse] = attend_block(r.cut(q, a), r.cut(k, b), r.cut(v, b), scale, r.mask(a, from, b));
         outs[size_t(a)].push_back(std::move(o));
         lses[size_t(a)].push_back(std::move(lse));
       }
-    if (step + 1 < c) {
-      k = ppermute(k, axis, ring);
-      v = ppermute(v, axis, ring);
+    if (step + 1 < r.c) {
+      k = ppermute(k, axis, r.ring);
+      v = ppermute(v, axis, r.ring);
     }
   }
   std::vector<DistArray<T>> parts_out;
-  for (int a = 0; a < parts; ++a)
+  for (int a = 0; a < r.parts; ++a)
     parts_out.push_back(transpose(combine_blocks(outs[size_t(a)], lses[size_t(a)]), {0, 2, 1, 3}));
-  return parts == 1 ? parts_out[0] : concatenate(parts_out, 1);
+  return r.joined(parts_out);
 }
 
 /// The recomputing forward on this device's blocks (b, n, h, e): its queries' outputs and, per
@@ -139,24 +174,14 @@ DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArr
 template <class T>
 std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v,
                                                           const std::string& axis, bool causal, double scale) {
-  const int c = axis_size(axis), me = axis_index(axis);
-  const Shape s = q.shape();
-  const int parts = causal ? 2 : 1;
-  const int64_t len = s[1] / parts;
-  auto chunk_of = [&](int device, int part) { return part == 0 ? device : 2 * c - 1 - device; };
-  auto cut = [&](const DistArray<T>& x, int part) {
-    return parts == 1 ? x : slice(x, {0, part * len}, {s[0], (part + 1) * len});
-  };
-  std::vector<std::pair<int, int>> ring;
-  for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});
-  std::vector<std::optional<DistArray<T>>> outs(static_cast<size_t>(parts)), lses(static_cast<size_t>(parts));
-  for (int step = 0; step < c; ++step) {
-    const int from = (me - step + c) % c;
-    for (int a = 0; a < parts; ++a)
-      for (int b = 0; b < parts; ++b) {
-        const int qa = chunk_of(me, a), kb = chunk_of(from, b);
-        if (causal && kb > qa) continue;
-        auto [o, lse] = attend_block(cut(q, a), cut(k, b), cut(v, b), scale, causal && kb == qa);
+  RingBlocks<T> r(q.shape(), axis, causal);
+  std::vector<std::optional<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
+  for (int step = 0; step < r.c; ++step) {
+    const int from = r.from(step);
+    for (int a = 0; a < r.parts; ++a)
+      for (int b = 0; b < r.parts; ++b) {
+        if (!r.meets(a, from, b)) continue;
+        auto [o, lse] = attend_block(r.cut(q, a), r.cut(k, b), r.cut(v, b), scale, r.mask(a, from, b));
         auto& out = outs[size_t(a)];
         auto& total = lses[size_t(a)];
         if (!out) {
@@ -168,18 +193,17 @@ std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q,
           total = both;
         }
       }
-    if (step + 1 < c) {
-      k = ppermute(k, axis, ring);
-      v = ppermute(v, axis, ring);
+    if (step + 1 < r.c) {
+      k = ppermute(k, axis, r.ring);
+      v = ppermute(v, axis, r.ring);
     }
   }
   std::vector<DistArray<T>> o_parts, lse_parts;
-  for (int a = 0; a < parts; ++a) {
+  for (int a = 0; a < r.parts; ++a) {
     o_parts.push_back(transpose(*outs[size_t(a)], {0, 2, 1, 3}));
     lse_parts.push_back(*lses[size_t(a)]);
   }
-  if (parts == 1) return {o_parts[0], lse_parts[0]};
-  return {concatenate(o_parts, 1), concatenate(lse_parts, 2)};
+  return {r.joined(o_parts), r.joined(lse_parts, 2)};
 }
 
 /// The recomputing backward on this device's blocks: q, k, v, the output and the cotangent g
@@ -192,46 +216,28 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
                                                                          const DistArray<T>& lse, const DistArray<T>& g,
                                                                          const std::string& axis, bool causal,
                                                                          double scale) {
-  const int c = axis_size(axis), me = axis_index(axis);
+  RingBlocks<T> r(q.shape(), axis, causal);
   const Shape s = q.shape();
-  const int parts = causal ? 2 : 1;
-  const int64_t len = s[1] / parts;
-  auto chunk_of = [&](int device, int part) { return part == 0 ? device : 2 * c - 1 - device; };
-  auto cut = [&](const DistArray<T>& x, int part) {  // along the sequence: dim 1 of (b, n, h, e)
-    return parts == 1 ? x : slice(x, {0, part * len}, {s[0], (part + 1) * len});
-  };
-  auto cut_rows = [&](const DistArray<T>& x, int part) {  // along the queries: dim 2 of (b, h, n, 1)
-    return parts == 1 ? x : slice(x, {0, 0, part * len}, {s[0], s[2], (part + 1) * len});
-  };
-  auto joined = [&](const std::vector<DistArray<T>>& xs) { return parts == 1 ? xs[0] : concatenate(xs, 1); };
-  std::vector<std::pair<int, int>> ring;
-  for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});
-  const Shape part_shape{s[0], len, s[2], s[3]};
+  const Shape part_shape{s[0], r.len, s[2], s[3]};
   std::vector<DistArray<T>> dq, dk, dv;
   std::vector<DistArray<T>> q_parts, g_parts, lse_parts, d_parts;  // d: rowsum(dO * O), (b, h, n, 1)
-  for (int a = 0; a < parts; ++a) {
+  for (int a = 0; a < r.parts; ++a) {
     dq.push_back(zeros<T>(part_shape, local_sharding()));
     dk.push_back(zeros<T>(part_shape, local_sharding()));
     dv.push_back(zeros<T>(part_shape, local_sharding()));
-    q_parts.push_back(cut(q, a));
-    g_parts.push_back(cut(g, a));
-    lse_parts.push_back(cut_rows(lse, a));
-    d_parts.push_back(expand_dims(einsum("bqhe,bqhe->bhq", g_parts.back(), cut(out, a)), 3));
+    q_parts.push_back(r.cut(q, a));
+    g_parts.push_back(r.cut(g, a));
+    lse_parts.push_back(r.cut_rows(lse, a));
+    d_parts.push_back(expand_dims(einsum("bqhe,bqhe->bhq", g_parts.back(), r.cut(out, a)), 3));
   }
-  for (int step = 0; step < c; ++step) {
-    const int from = (me - step + c) % c;
-    for (int a = 0; a < parts; ++a)
-      for (int b = 0; b < parts; ++b) {
-        const int qa = chunk_of(me, a), kb = chunk_of(from, b);
-        if (causal && kb > qa) continue;
-        const DistArray<T> kp = cut(k, b), vp = cut(v, b);
+  for (int step = 0; step < r.c; ++step) {
+    const int from = r.from(step);
+    for (int a = 0; a < r.parts; ++a)
+      for (int b = 0; b < r.parts; ++b) {
+        if (!r.meets(a, from, b)) continue;
+        const DistArray<T> kp = r.cut(k, b), vp = r.cut(v, b);
         DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q_parts[size_t(a)], kp) * T(scale);
-        if (causal && kb == qa) {
-          std::vector<T> mask(static_cast<size_t>(len * len), T(0));
-          for (int64_t r = 0; r < len; ++r)
-            for (int64_t col = r + 1; col < len; ++col) mask[static_cast<size_t>(r * len + col)] = T(-1e30);
-          scores = scores + device_put(mask, Shape{len, len}, local_sharding());
-        }
+        if (const DistArray<T>* mask = r.mask(a, from, b)) scores = scores + *mask;
         const DistArray<T> p = exp(scores - lse_parts[size_t(a)]);
         dv[size_t(b)] = dv[size_t(b)] + einsum("bhqk,bqhe->bkhe", p, g_parts[size_t(a)]);
         const DistArray<T> ds = p * (einsum("bqhe,bkhe->bhqk", g_parts[size_t(a)], vp) - d_parts[size_t(a)]);
@@ -241,16 +247,16 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
     // k and v go on to the next device while there is a step left; the accumulators of their
     // gradients go with them, one step more: after c steps they are back on the device they
     // belong to.
-    if (step + 1 < c) {
-      k = ppermute(k, axis, ring);
-      v = ppermute(v, axis, ring);
+    if (step + 1 < r.c) {
+      k = ppermute(k, axis, r.ring);
+      v = ppermute(v, axis, r.ring);
     }
-    if (c > 1) {
-      const DistArray<T> dk_on = ppermute(joined(dk), axis, ring), dv_on = ppermute(joined(dv), axis, ring);
-      for (int b = 0; b < parts; ++b) dk[size_t(b)] = cut(dk_on, b), dv[size_t(b)] = cut(dv_on, b);
+    if (r.c > 1) {
+      const DistArray<T> dk_on = ppermute(r.joined(dk), axis, r.ring), dv_on = ppermute(r.joined(dv), axis, r.ring);
+      for (int b = 0; b < r.parts; ++b) dk[size_t(b)] = r.cut(dk_on, b), dv[size_t(b)] = r.cut(dv_on, b);
     }
   }
-  return {joined(dq), joined(dk), joined(dv)};
+  return {r.joined(dq), r.joined(dk), r.joined(dv)};
 }
 
 }  // namespace detail
