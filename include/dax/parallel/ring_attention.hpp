@@ -112,6 +112,28 @@ class RingBlocks {
     }
     return &*mask_;
   }
+  /// Walks k and v (b, n, h, e) around the ring: at each step, visit(a, b, from, k_b, v_b) for every
+  /// query chunk a of this device and chunk b of the visiting block (from `from`) that meet; then k
+  /// and v move on to the next device (but after the last step) and after_step() runs.
+  template <class Visit, class AfterStep>
+  void walk(DistArray<T> k, DistArray<T> v, const std::string& axis, Visit&& visit, AfterStep&& after_step) {
+    for (int step = 0; step < c; ++step) {
+      const int device = from(step);
+      for (int a = 0; a < parts; ++a)
+        for (int b = 0; b < parts; ++b)
+          if (meets(a, device, b)) visit(a, b, device, cut(k, b), cut(v, b));
+      if (step + 1 < c) {
+        k = ppermute(k, axis, ring);
+        v = ppermute(v, axis, ring);
+      }
+      after_step();
+    }
+  }
+  template <class Visit>
+  void walk(const DistArray<T>& k, const DistArray<T>& v, const std::string& axis, Visit&& visit) {
+    walk(k, v, axis, std::forward<Visit>(visit), [] {});
+  }
+
   /// Chunk `part` along the sequence: dim 1 of (b, n, h, e).
   DistArray<T> cut(const DistArray<T>& x, int part) const {
     return parts == 1 ? x : slice(x, {0, part * len}, {shape_[0], (part + 1) * len});
@@ -148,20 +170,11 @@ DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArr
                                   bool causal, double scale) {
   RingBlocks<T> r(q.shape(), axis, causal);
   std::vector<std::vector<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
-  for (int step = 0; step < r.c; ++step) {
-    const int from = r.from(step);
-    for (int a = 0; a < r.parts; ++a)
-      for (int b = 0; b < r.parts; ++b) {
-        if (!r.meets(a, from, b)) continue;
-        auto [o, lse] = attend_block(r.cut(q, a), r.cut(k, b), r.cut(v, b), scale, r.mask(a, from, b));
-        outs[size_t(a)].push_back(std::move(o));
-        lses[size_t(a)].push_back(std::move(lse));
-      }
-    if (step + 1 < r.c) {
-      k = ppermute(k, axis, r.ring);
-      v = ppermute(v, axis, r.ring);
-    }
-  }
+  r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
+    auto [o, lse] = attend_block(r.cut(q, a), kb, vb, scale, r.mask(a, from, b));
+    outs[size_t(a)].push_back(std::move(o));
+    lses[size_t(a)].push_back(std::move(lse));
+  });
   std::vector<DistArray<T>> parts_out;
   for (int a = 0; a < r.parts; ++a)
     parts_out.push_back(transpose(combine_blocks(outs[size_t(a)], lses[size_t(a)]), {0, 2, 1, 3}));
@@ -176,28 +189,19 @@ std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q,
                                                           const std::string& axis, bool causal, double scale) {
   RingBlocks<T> r(q.shape(), axis, causal);
   std::vector<std::optional<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
-  for (int step = 0; step < r.c; ++step) {
-    const int from = r.from(step);
-    for (int a = 0; a < r.parts; ++a)
-      for (int b = 0; b < r.parts; ++b) {
-        if (!r.meets(a, from, b)) continue;
-        auto [o, lse] = attend_block(r.cut(q, a), r.cut(k, b), r.cut(v, b), scale, r.mask(a, from, b));
-        auto& out = outs[size_t(a)];
-        auto& total = lses[size_t(a)];
-        if (!out) {
-          out = std::move(o), total = std::move(lse);
-        } else {  // log(e^x + e^y) = m + log(e^(x-m) + e^(y-m)), m = max(x, y)
-          const DistArray<T> m = maximum(*total, lse);
-          const DistArray<T> both = m + log(exp(*total - m) + exp(lse - m));
-          out = *out * exp(*total - both) + o * exp(lse - both);
-          total = both;
-        }
-      }
-    if (step + 1 < r.c) {
-      k = ppermute(k, axis, r.ring);
-      v = ppermute(v, axis, r.ring);
+  r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
+    auto [o, lse] = attend_block(r.cut(q, a), kb, vb, scale, r.mask(a, from, b));
+    auto& out = outs[size_t(a)];
+    auto& total = lses[size_t(a)];
+    if (!out) {
+      out = std::move(o), total = std::move(lse);
+    } else {  // log(e^x + e^y) = m + log(e^(x-m) + e^(y-m)), m = max(x, y)
+      const DistArray<T> m = maximum(*total, lse);
+      const DistArray<T> both = m + log(exp(*total - m) + exp(lse - m));
+      out = *out * exp(*total - both) + o * exp(lse - both);
+      total = both;
     }
-  }
+  });
   std::vector<DistArray<T>> o_parts, lse_parts;
   for (int a = 0; a < r.parts; ++a) {
     o_parts.push_back(transpose(*outs[size_t(a)], {0, 2, 1, 3}));
@@ -230,32 +234,22 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
     lse_parts.push_back(r.cut_rows(lse, a));
     d_parts.push_back(expand_dims(einsum("bqhe,bqhe->bhq", g_parts.back(), r.cut(out, a)), 3));
   }
-  for (int step = 0; step < r.c; ++step) {
-    const int from = r.from(step);
-    for (int a = 0; a < r.parts; ++a)
-      for (int b = 0; b < r.parts; ++b) {
-        if (!r.meets(a, from, b)) continue;
-        const DistArray<T> kp = r.cut(k, b), vp = r.cut(v, b);
-        DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q_parts[size_t(a)], kp) * T(scale);
-        if (const DistArray<T>* mask = r.mask(a, from, b)) scores = scores + *mask;
-        const DistArray<T> p = exp(scores - lse_parts[size_t(a)]);
-        dv[size_t(b)] = dv[size_t(b)] + einsum("bhqk,bqhe->bkhe", p, g_parts[size_t(a)]);
-        const DistArray<T> ds = p * (einsum("bqhe,bkhe->bhqk", g_parts[size_t(a)], vp) - d_parts[size_t(a)]);
-        dq[size_t(a)] = dq[size_t(a)] + einsum("bhqk,bkhe->bqhe", ds, kp) * T(scale);
-        dk[size_t(b)] = dk[size_t(b)] + einsum("bhqk,bqhe->bkhe", ds, q_parts[size_t(a)]) * T(scale);
-      }
-    // k and v go on to the next device while there is a step left; the accumulators of their
-    // gradients go with them, one step more: after c steps they are back on the device they
-    // belong to.
-    if (step + 1 < r.c) {
-      k = ppermute(k, axis, r.ring);
-      v = ppermute(v, axis, r.ring);
-    }
-    if (r.c > 1) {
-      const DistArray<T> dk_on = ppermute(r.joined(dk), axis, r.ring), dv_on = ppermute(r.joined(dv), axis, r.ring);
-      for (int b = 0; b < r.parts; ++b) dk[size_t(b)] = r.cut(dk_on, b), dv[size_t(b)] = r.cut(dv_on, b);
-    }
-  }
+  auto visit = [&](int a, int b, int from, const DistArray<T>& kp, const DistArray<T>& vp) {
+    DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q_parts[size_t(a)], kp) * T(scale);
+    if (const DistArray<T>* mask = r.mask(a, from, b)) scores = scores + *mask;
+    const DistArray<T> p = exp(scores - lse_parts[size_t(a)]);
+    dv[size_t(b)] = dv[size_t(b)] + einsum("bhqk,bqhe->bkhe", p, g_parts[size_t(a)]);
+    const DistArray<T> ds = p * (einsum("bqhe,bkhe->bhqk", g_parts[size_t(a)], vp) - d_parts[size_t(a)]);
+    dq[size_t(a)] = dq[size_t(a)] + einsum("bhqk,bkhe->bqhe", ds, kp) * T(scale);
+    dk[size_t(b)] = dk[size_t(b)] + einsum("bhqk,bqhe->bkhe", ds, q_parts[size_t(a)]) * T(scale);
+  };
+  // The accumulators of k's and v's gradients go with them, one step more: after c steps they are
+  // back on the device they belong to.
+  r.walk(k, v, axis, visit, [&] {
+    if (r.c == 1) return;
+    const DistArray<T> dk_on = ppermute(r.joined(dk), axis, r.ring), dv_on = ppermute(r.joined(dv), axis, r.ring);
+    for (int b = 0; b < r.parts; ++b) dk[size_t(b)] = r.cut(dk_on, b), dv[size_t(b)] = r.cut(dv_on, b);
+  });
   return {r.joined(dq), r.joined(dk), r.joined(dv)};
 }
 
