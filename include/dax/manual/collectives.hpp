@@ -289,12 +289,8 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
   return out;
 }
 
-/// Rows exchanged over the named axes in uneven counts (a mixture of experts' token dispatch, MPI's
-/// Alltoallv): x's first dimension holds, in member order, `send_counts[j]` rows for member j (they
-/// sum to x's first dimension); the result holds the rows every member sent this one, in member
-/// order. `recv_counts` (what each member sends here) may be given; else one small exchange of the
-/// counts finds them (all_to_allv_counts). Bytes received: the rows that come from other members.
-/// The transpose sends the cotangent's rows back with the counts swapped.
+/// What each member of the named axes sends this one in all_to_allv, from what this one sends each
+/// (one small exchange of the counts).
 inline std::vector<int64_t> all_to_allv_counts(const std::vector<int64_t>& send_counts, const AxisNames& axes) {
   const detail::AxisGroup g = detail::axis_group(axes, "all_to_allv");
   DAX_CHECK(static_cast<int>(send_counts.size()) == g.size, "all_to_allv: expected ", g.size,
@@ -307,6 +303,12 @@ inline std::vector<int64_t> all_to_allv_counts(const std::vector<int64_t>& send_
   return recv;
 }
 
+/// Rows exchanged over the named axes in uneven counts (a mixture of experts' token dispatch, MPI's
+/// Alltoallv): x's first dimension holds, in member order, `send_counts[j]` rows for member j (they
+/// sum to x's first dimension); the result holds the rows every member sent this one, in member
+/// order. `recv_counts` (what each member sends here) may be given; else one small exchange of the
+/// counts finds them (all_to_allv_counts). Bytes received: the rows that come from other members.
+/// The transpose sends the cotangent's rows back with the counts swapped.
 template <class T>
 DistArray<T> all_to_allv(const DistArray<T>& x, const AxisNames& axes, const std::vector<int64_t>& send_counts,
                          std::vector<int64_t> recv_counts = {}) {
