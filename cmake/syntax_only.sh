@@ -7,10 +7,18 @@
 # - nvcc: -cuda instead of -c: the whole CUDA front end (cudafe++ on host and device code) and the
 #   device compile (cicc, ptxas), without the host compiler's pass over cudafe++'s output, which the
 #   CUDA programs that include every header do anyway: 17 s a header instead of 23.
+# - a precompiled header (cmake/DaxHeaderCheck.cmake precompiles <Eigen/Core>): compiled as given.
 case "$1" in
   *nvcc*) mode=nvcc ;;
   *) mode=gnu ;;
 esac
+prev=""
+for arg in "$@"; do
+  if [ "$prev" = "-o" ]; then
+    case "$arg" in *.gch | *.pch) exec "$@" ;; esac
+  fi
+  prev=$arg
+done
 out=""
 prev=""
 for arg in "$@"; do
