@@ -44,8 +44,10 @@ if [ "${DAX_SKIP_SANITIZERS:-0}" != "1" ]; then
   fuzz_log="$DAX_BUILD/fuzz-stage.log"
   DAX_FUZZ_SECONDS=0 "$DAX_ROOT/scripts/fuzz.sh" >"$fuzz_log" 2>&1 &
   fuzz=$!
-  "$DAX_ROOT/scripts/sanitize.sh" build
+  # The fuzzer's build is waited for either way: nothing of this run is left running when it ends.
+  build_rc=0; "$DAX_ROOT/scripts/sanitize.sh" build || build_rc=$?
   fuzz_rc=0; wait $fuzz || fuzz_rc=$?
+  [ $build_rc = 0 ] || exit $build_rc
   if [ $fuzz_rc != 0 ]; then cat "$fuzz_log"; echo "dax: the fuzzer's build failed"; exit $fuzz_rc; fi
   stage_done "ASan + fuzzer builds"
   "$DAX_ROOT/scripts/fuzz.sh" >"$fuzz_log" 2>&1 &
