@@ -4,8 +4,15 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include <dax/autodiff/checkpoint_manager.hpp>
 #include <dax/autodiff/tree_io.hpp>
 #include <dax/optim/optim.hpp>
 
@@ -171,4 +178,83 @@ TEST_CASE("SGD state and a lone leaf round-trip; bad paths and shapes are refuse
   CHECK(error_of([&] { dax::load_tree(scratch.dir / "lone", wrong); }) ==
         "load_tree: " + (scratch.dir / "lone" / "array.npy").string() +
             " holds shape (5, 3) where the template's leaf '' has (3, 5)");
+}
+
+TEST_CASE("CheckpointManager keeps its policy's steps, outlives an interrupted save and resumes from the latest",
+          "[autodiff][tree][io]") {
+  Scratch scratch;
+  Pick pick(43);
+  const int n = dax::test::world_size();
+  const Mesh line({n}, {"x"});
+  const fs::path root = scratch.dir / "run";
+  dax::CheckpointManager manager(root, {.keep_last = 2, .keep_every = 3});
+  Params fresh = make_params(pick, line, 999);  // the template restores fill, in other shardings
+  CHECK(!manager.latest_step());
+  CHECK(!manager.restore_latest(fresh));
+  std::map<int, Params> saved;
+  for (int step = 1; step <= 7; ++step) {
+    saved[step] = make_params(pick, line, 100 + step);
+    manager.save(step, saved[step]);
+  }
+  CHECK(manager.steps() == std::vector<int64_t>{3, 6, 7});  // the last 2, and every 3rd
+  CHECK(manager.latest_step() == 7);
+  auto latest = manager.restore_latest(fresh);
+  REQUIRE(latest);
+  CHECK(latest->first == 7);
+  CHECK(bytes_of(latest->second) == bytes_of(saved[7]));
+  CHECK(bytes_of(manager.restore(3, fresh)) == bytes_of(saved[3]));
+  CHECK(error_of([&] { manager.restore(5, fresh); }) ==
+        "CheckpointManager::restore: no step 5 under " + root.string() + " (steps there: 3, 6, 7)");
+
+  // A save killed before its rename leaves step_8.partial (and perhaps latest.tmp): not a step, and
+  // the next save removes both.
+  if (world_rank() == 0) {
+    fs::create_directories(root / "step_8.partial" / "w");
+    std::ofstream(root / "latest.tmp") << "8\n";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(manager.steps() == std::vector<int64_t>{3, 6, 7});
+  CHECK(manager.latest_step() == 7);
+  manager.save(8, saved[1]);
+  CHECK(manager.steps() == std::vector<int64_t>{3, 6, 7, 8});
+  CHECK(manager.latest_step() == 8);
+  if (world_rank() == 0) {
+    CHECK(!fs::exists(root / "step_8.partial"));
+    CHECK(!fs::exists(root / "latest.tmp"));
+    std::ifstream marker(root / "latest");
+    std::string text((std::istreambuf_iterator<char>(marker)), std::istreambuf_iterator<char>());
+    CHECK(text == "8\n");
+  }
+  // A marker naming a folder that is gone, or no number: the newest complete step.
+  if (world_rank() == 0) fs::remove_all(root / "step_8");
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(manager.latest_step() == 7);
+  if (world_rank() == 0) std::ofstream(root / "latest") << "seven\n";
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(manager.latest_step() == 7);
+
+  if (n > 1)
+    CHECK(error_of([&] { manager.save(world_rank(), saved[1]); }) ==
+          "CheckpointManager::save: the ranks name different steps (from 0 to " + std::to_string(n - 1) + ")");
+  CHECK(error_of([&] { manager.save(-1, saved[1]); }) == "CheckpointManager::save: the step must be 0 or more, got -1");
+  CHECK(error_of([&] { dax::CheckpointManager(root, {.keep_last = -1}); }) ==
+        "CheckpointManager: keep_last (-1) and keep_every (0) must be 0 or more");
+
+  // Parameters and AdamW's state together: training resumes with the same step count and moments.
+  dax::CheckpointManager every(scratch.dir / "adamw", {.keep_last = 0});
+  Params params = saved[2];
+  dax::optim::AdamW opt(params, {.lr = 0.01});
+  for (int step = 0; step < 2; ++step) {
+    opt.step(params, make_params(pick, line, 300 + step));
+    every.save(step, std::tuple(params, opt.state()));
+  }
+  CHECK(every.steps() == std::vector<int64_t>{0, 1});
+  dax::optim::AdamW again(fresh, {.lr = 0.01});
+  auto resumed = every.restore_latest(std::tuple(fresh, again.state()));
+  REQUIRE(resumed);
+  CHECK(resumed->first == 1);
+  again.set_state(std::get<1>(resumed->second));
+  CHECK(again.step_count() == 2);
+  CHECK(bytes_of(std::get<0>(resumed->second)) == bytes_of(params));
+  CHECK(bytes_of(again.state()) == bytes_of(opt.state()));
 }
