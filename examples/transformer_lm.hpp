@@ -18,6 +18,10 @@
 // by tokens: each row-parallel all-reduce becomes a reduce-scatter (the matmul's output sharding),
 // each column-parallel input an all-gather (a reshard); the same bytes, and those activations
 // take 1/model of the memory.
+// With experts (Config::experts, transformer_lm --moe E) each layer's MLP is a mixture of E
+// experts (dax::parallel::moe): the router replicated, the experts split over 'data' (expert
+// parallelism on the data axis, as torchtitan and DeepSpeed-MoE place it by default), each token
+// sent to its top-k experts' devices and back with all_to_allv; no all-reduce over 'model' for it.
 // (The includes below are the ones examples/transformer_lm.cpp also makes first, because the CUDA
 // build includes that file inside a namespace; keep the two lists in step.)
 #pragma once
@@ -28,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -39,15 +44,20 @@ using Ids = dax::DistArray<int32_t>;
 
 struct Config {
   int64_t layers = 2, d_model = 128, heads = 4, vocab = 256, seq = 64, batch = 8;
+  int64_t experts = 0;      // > 0: each MLP a mixture of this many experts, split over 'data'
+  int top_k = 2;            // the experts each token goes to
+  float aux_weight = 0.01f;  // the load-balancing loss's weight (Switch Transformer's)
   int64_t hidden() const { return 4 * d_model; }
   int64_t head_dim() const { return d_model / heads; }
   int64_t tokens() const { return batch * seq; }
 };
 
+/// `mlp` holds the dense MLP's w1, b1, w2, b2, or the experts' router, w_in, w_out.
 struct Layer {
-  Array ln1_g, ln1_b, wq, wk, wv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2;
+  Array ln1_g, ln1_b, wq, wk, wv, wo, bo, ln2_g, ln2_b;
+  std::map<std::string, Array> mlp;
 };
-DAX_TREE(Layer, ln1_g, ln1_b, wq, wk, wv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2)
+DAX_TREE(Layer, ln1_g, ln1_b, wq, wk, wv, wo, bo, ln2_g, ln2_b, mlp)
 
 struct Model {
   Array wte, wpe;
@@ -68,6 +78,7 @@ inline dax::PartitionSpec megatron_spec(const std::string& path) {
   if (name == "wq" || name == "wk" || name == "wv" || name == "w1" || name == "head") return dax::P(dax::none, "model");
   if (name == "b1") return dax::P("model");
   if (name == "wo" || name == "w2" || name == "wte") return dax::P("model", dax::none);
+  if (name == "w_in" || name == "w_out") return dax::P("data");  // the experts (E, ., .)
   return dax::P();
 }
 
@@ -116,13 +127,20 @@ inline Model init(const Config& c, const Layout& layout, uint64_t seed) {
   std::vector<Layer> layers;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers/" + std::to_string(l) + "/";
-    layers.push_back(Layer{constant(p + "ln1_g", {d}, 1), constant(p + "ln1_b", {d}, 0),
-                           normal(p + "wq", {d, d}, 0.02f), normal(p + "wk", {d, d}, 0.02f),
-                           normal(p + "wv", {d, d}, 0.02f), normal(p + "wo", {d, d}, residual_std),
-                           constant(p + "bo", {d}, 0), constant(p + "ln2_g", {d}, 1),
-                           constant(p + "ln2_b", {d}, 0), normal(p + "w1", {d, f}, 0.02f),
-                           constant(p + "b1", {f}, 0), normal(p + "w2", {f, d}, residual_std),
-                           constant(p + "b2", {d}, 0)});
+    Layer layer{constant(p + "ln1_g", {d}, 1), constant(p + "ln1_b", {d}, 0),
+                normal(p + "wq", {d, d}, 0.02f), normal(p + "wk", {d, d}, 0.02f),
+                normal(p + "wv", {d, d}, 0.02f), normal(p + "wo", {d, d}, residual_std),
+                constant(p + "bo", {d}, 0), constant(p + "ln2_g", {d}, 1),
+                constant(p + "ln2_b", {d}, 0), {}};
+    const std::string m = p + "mlp/";
+    const int64_t e = c.experts;
+    if (e == 0)
+      layer.mlp = {{"w1", normal(m + "w1", {d, f}, 0.02f)}, {"b1", constant(m + "b1", {f}, 0)},
+                   {"w2", normal(m + "w2", {f, d}, residual_std)}, {"b2", constant(m + "b2", {d}, 0)}};
+    else
+      layer.mlp = {{"router", normal(m + "router", {d, e}, 0.02f)}, {"w_in", normal(m + "w_in", {e, d, f}, 0.02f)},
+                   {"w_out", normal(m + "w_out", {e, f, d}, residual_std)}};
+    layers.push_back(std::move(layer));
   }
   return Model{std::move(wte), std::move(wpe), std::move(layers), constant("lnf_g", {d}, 1),
                constant("lnf_b", {d}, 0), normal("head", {d, c.vocab}, 0.02f)};
@@ -150,9 +168,35 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
   return dax::matmul(out, p.wo, layout.residual()) + p.bo;  // row-parallel: one all-reduce (SP: reduce-scatter)
 }
 
-inline Array mlp(const Layout& layout, const Layer& p, const Array& normed) {
-  const Array h = dax::gelu(dax::matmul(layout.gathered_input(normed), p.w1) + p.b1, /*approximate=*/true);
-  return dax::matmul(h, p.w2, layout.residual()) + p.b2;  // row-parallel: one all-reduce (SP: reduce-scatter)
+/// Rows this device sent to other devices' experts or received for its own, in every MoE layer's
+/// dispatch since the caller last set it to 0 (each such row crosses twice forward and twice
+/// backward: there and back).
+inline int64_t& moe_rows_moved() {
+  static int64_t rows = 0;
+  return rows;
+}
+
+/// y unchanged, with the load-balancing loss's gradient attached: aux receives the cotangent
+/// `weight`, as if weight * aux were added to the loss (Megatron's MoEAuxLossAutoScaler), so the
+/// loss needs no plumbing from every layer, pipelined or not; the loss reported is the model's.
+inline Array with_aux_loss(const Array& y, const Array& aux, float weight) {
+  return dax::custom_vjp(
+      "moe_aux_loss", [](const Array& out, const Array& a) { return std::pair{out, a.sharding()}; },
+      [weight, shape = aux.shape()](const dax::NamedSharding& s, const Array& g) {
+        return std::tuple{g, dax::full<float>(shape, weight, s)};
+      })(y, aux);
+}
+
+inline Array mlp(const Config& c, const Layout& layout, const Layer& p, const Array& normed) {
+  if (c.experts > 0) {  // on the residual stream's tokens, as they are split (no gather under SP)
+    const auto out = dax::parallel::moe(normed, {p.mlp.at("router"), p.mlp.at("w_in"), p.mlp.at("w_out")}, "data",
+                                        {.top_k = c.top_k});
+    moe_rows_moved() += out.routing.rows_sent + out.routing.rows_received;
+    return with_aux_loss(out.y, out.aux_loss, c.aux_weight);
+  }
+  const Array h =
+      dax::gelu(dax::matmul(layout.gathered_input(normed), p.mlp.at("w1")) + p.mlp.at("b1"), /*approximate=*/true);
+  return dax::matmul(h, p.mlp.at("w2"), layout.residual()) + p.mlp.at("b2");  // row-parallel: one all-reduce (SP: reduce-scatter)
 }
 
 /// The embedding: the vocab-parallel lookup (one all-reduce; SP: a reduce-scatter) plus the
@@ -166,7 +210,7 @@ inline Array embed(const Layout& layout, const Array& wte, const Array& wpe, con
 inline Array blocks(const Config& c, const Layout& layout, const std::vector<Layer>& layers, Array x) {
   for (const Layer& p : layers) {
     x = x + attention(c, layout, p, dax::layer_norm(x, p.ln1_g, p.ln1_b));
-    x = x + mlp(layout, p, dax::layer_norm(x, p.ln2_g, p.ln2_b));
+    x = x + mlp(c, layout, p, dax::layer_norm(x, p.ln2_g, p.ln2_b));
   }
   return x;
 }
@@ -257,7 +301,8 @@ inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tok
   const double activation = tokens_here * static_cast<double>(c.d_model) * 4;
   // Forward: the embedding's all-reduce and two per layer (attention and MLP outputs); backward:
   // two per layer (the gradients of the column-parallel inputs) and one for the head's input.
-  const double activation_reduces = static_cast<double>(4 * c.layers + 2);
+  // Experts in place of the MLP take its two away (they work on every device's tokens whole).
+  const double activation_reduces = static_cast<double>((c.experts > 0 ? 2 : 4) * c.layers + 2);
   StepBytes b;
   b.megatron = activation_reduces * 2 * (n_model - 1) / n_model * activation;
   if (layout.fsdp) b.fsdp = 2 * (n_data - 1) / n_data * pieces_bytes;
@@ -265,15 +310,51 @@ inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tok
   return b;
 }
 
-/// The bytes of this device's pieces of every parameter at its compute layout.
+/// The bytes of this device's pieces of every parameter at its compute layout that data
+/// parallelism reduces: all but the experts, whose gradients are their own devices' alone.
 template <class Tree>
 double pieces_bytes(const Layout& layout, const Tree& params, int device) {
   double bytes = 0;
   dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
+    if (const std::string name = leaf_name(path); name == "w_in" || name == "w_out") return;
     const auto pieces = layout.compute(path).devices_indices_map(p.shape());
     if (pieces.count(device) != 0) bytes += static_cast<double>(dax::numel(pieces.at(device))) * 4;
   }, params);
   return bytes;
+}
+
+/// The bytes of this device's pieces of the experts (w_in, w_out). With sequence parallelism their
+/// gradients are summed over 'model' (each device of a 'model' group routes its own tokens to the
+/// same experts): 2(m-1)/m of these bytes, counted with the all-reduces over 'model'.
+template <class Tree>
+double expert_pieces_bytes(const Layout& layout, const Tree& params, int device) {
+  double bytes = 0;
+  dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
+    if (const std::string name = leaf_name(path); name != "w_in" && name != "w_out") return;
+    const auto pieces = layout.compute(path).devices_indices_map(p.shape());
+    if (pieces.count(device) != 0) bytes += static_cast<double>(dax::numel(pieces.at(device))) * 4;
+  }, params);
+  return bytes;
+}
+
+/// The bytes of the routers. Their weights' gradient contracts over the tokens, which the planner
+/// splits over 'model' too where the tokens are replicated there (halving that matmul): so it is
+/// reduced over data x model, like the sequence-summed gradients of SP (data_parallel_formula).
+template <class Tree>
+double router_bytes(const Tree& params) {
+  double bytes = 0;
+  dax::tree_for_each_with_path([&](const std::string& path, const Array& p) {
+    if (leaf_name(path) == "router") bytes += static_cast<double>(p.size()) * 4;
+  }, params);
+  return bytes;
+}
+
+/// A mixture-of-experts layer's small all-reduces per call, over the g devices that split the
+/// tokens: the batch's mean router probabilities (the load-balancing loss) and the tokens per
+/// expert with the drops (ring all-reduce bytes).
+inline double experts_scalar_bytes(const Config& c, double g) {
+  return c.experts > 0 ? 2 * (g - 1) / g * (static_cast<double>(c.experts) * 4 + static_cast<double>(c.experts + 1) * 8)
+                       : 0;
 }
 
 /// With sequence parallelism, the bytes of the parameters whose gradients sum over the residual
@@ -302,6 +383,9 @@ struct BytesCheck {
   double data_parallel = 0;  // all-reduces over 'data' (with SP, over 'data' and 'model' too)
   double fsdp = 0;           // all-gathers + reduce-scatters over 'data'
   double sequence_parallel = 0;  // with SP: the reduce-scatters and all-gathers over 'model' (in `megatron` too)
+  double experts = 0, experts_formula = 0;  // with experts: all_to_allv over 'data', and 2 x the rows
+                                            // moved (sent + received) x d_model x 4: each goes there
+                                            // and back, forward and backward
   StepBytes formula;
   bool checkable = false;  // the formulas apply: the data axis divides the batch (and, with FSDP, every
                            // parameter splits evenly over it)
@@ -312,13 +396,16 @@ struct BytesCheck {
 };
 
 inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const Model& params,
-                                   const dax::CommStats& stats, int device) {
+                                   const dax::CommStats& stats, int device, int64_t moe_rows = 0) {
   const double pieces_bytes = lm::pieces_bytes(layout, params, device);
   BytesCheck b;
   // This device's own piece of the tokens (uneven when the data axis does not divide them).
   const double tokens_here =
       static_cast<double>(dax::numel(layout.tokens().devices_indices_map({c.tokens()}).at(device)));
   b.formula = formula_bytes(c, layout, tokens_here, pieces_bytes);
+  const double token_groups = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")) *
+                                                  (layout.sp ? layout.mesh.axis_size(layout.mesh.axis_index("model")) : 1));
+  const double experts_scalars = static_cast<double>(c.layers) * experts_scalar_bytes(c, token_groups);
   const double n_model = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("model")));
   b.cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4;
   b.megatron = static_cast<double>(stats.of("all_reduce", "('model',)").bytes) - b.cross_entropy;
@@ -332,7 +419,14 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
     b.megatron += b.sequence_parallel;
     b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'model')").bytes);
     b.formula.data_parallel = data_parallel_formula(n_data_, n_model, pieces_bytes, sequence_summed_bytes(params));
+    b.formula.megatron += 2 * (n_model - 1) / n_model * expert_pieces_bytes(layout, params, device);
   }
+  if (c.experts > 0 && !layout.sp) {  // the routers' gradients over data x model (router_bytes)
+    const double n_data_ = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")));
+    b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'model')").bytes);
+    b.formula.data_parallel = data_parallel_formula(n_data_, n_model, pieces_bytes, router_bytes(params));
+  }
+  b.formula.data_parallel += experts_scalars;
   b.fsdp = static_cast<double>(stats.of("all_gather", "('data',)").bytes) +
            static_cast<double>(stats.of("reduce_scatter", "('data',)").bytes);
   // When the data axis does not divide the batch, the attention's reshape to (batch, seq, heads,
@@ -356,7 +450,9 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   // than Megatron's never pass.
   b.fewer = b.megatron < b.formula.megatron - BytesCheck::tolerance;
   const bool activations_ok = b.megatron <= b.formula.megatron + BytesCheck::tolerance;
-  b.ok = !b.checkable || (weights_ok && activations_ok);
+  b.experts = static_cast<double>(stats.of("all_to_allv", "('data',)").bytes);
+  b.experts_formula = 2.0 * static_cast<double>(moe_rows) * static_cast<double>(c.d_model) * 4;
+  b.ok = !b.checkable || (weights_ok && activations_ok && b.experts == b.experts_formula);
   if (!b.checkable)
     b.regime = c.batch % n_data != 0 ? "not checked: the data axis does not divide the batch"
                                      : "not checked: FSDP splits some parameters unevenly over the data axis";

@@ -14,6 +14,7 @@
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/optim/optim.hpp>
 #include <dax/nn/nn.hpp>
+#include <dax/parallel/moe.hpp>
 #include <dax/parallel/pipeline.hpp>
 #include <dax/parallel/ring_attention.hpp>
 #include <dax/parallel/schedule.hpp>

@@ -321,6 +321,18 @@ TEST_CASE("replication typing: errors and what needs no gradient", "[autodiff][s
     CHECK_THAT(dax::test::error_of([&] { (void)dax::value_and_grad(loss)(y); }),
                Catch::Contains("a gradient through a shard_map needs its mesh to hold every rank"));
   }
+  SECTION("one called by its mesh's ranks alone (dax::OnlyMeshRanks) takes gradients there") {
+    const Mesh part(Shape{1}, {"i"}, {0});
+    const std::vector<double> values = uniform(3, rng);
+    if (dax::test::world_rank() != 0) return;  // the others run nothing
+    dax::OnlyMeshRanks alone;
+    const D y = dax::device_put(values, {3}, NamedSharding(part, P()));
+    auto loss = [&](const D& a) {
+      return dax::sum(dax::shard_map([](const D& b) { return b * b; }, part, {P()}, P())(a));
+    };
+    const auto g = dax::value_and_grad(loss)(y).second.to_host();
+    for (size_t i = 0; i < 3; ++i) CHECK(g[i] == Approx(2 * values[i]).epsilon(1e-14));
+  }
 }
 
 TEST_CASE("a collective whose output one device drops still runs its backward there", "[autodiff][shard_map]") {

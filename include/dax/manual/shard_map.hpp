@@ -21,6 +21,12 @@
 namespace dax {
 namespace detail {
 
+/// How many OnlyMeshRanks scopes this thread is in.
+inline int& only_mesh_ranks_depth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
 
 template <class R>
 struct is_tuple : std::false_type {};
@@ -112,6 +118,19 @@ DistArray<T> assemble(const Mesh& mesh, const PartitionSpec& spec, const Shape& 
 
 }  // namespace detail
 
+/// Within this scope a shard_map is called by the ranks of its mesh alone (the others run other
+/// code, as the stages of a pipeline do, or a reference on one device does): nothing about its
+/// outputs is sent to the ranks outside, and a gradient may go through a shard_map on part of the
+/// world. dax::pipeline runs each stage's passes in one. Outside such a scope, every rank calls every
+/// shard_map (those outside its mesh get arrays that hold no piece).
+class OnlyMeshRanks {
+ public:
+  OnlyMeshRanks() { ++detail::only_mesh_ranks_depth(); }
+  ~OnlyMeshRanks() { --detail::only_mesh_ranks_depth(); }
+  OnlyMeshRanks(const OnlyMeshRanks&) = delete;
+  OnlyMeshRanks& operator=(const OnlyMeshRanks&) = delete;
+};
+
 template <class F>
 class ShardMapped {
  public:
@@ -161,8 +180,10 @@ class ShardMapped {
 
   /// Gradients through shard_map: the body's replication typing is tracked (docs/autodiff.md).
   void check_differentiable() const {
-    DAX_CHECK(mesh_.size() == Runtime::current().size(), "shard_map: a gradient through a shard_map needs its mesh "
-              "to hold every rank; ", to_string(mesh_), " holds ", mesh_.size(), " of ", Runtime::current().size());
+    DAX_CHECK(mesh_.size() == Runtime::current().size() || detail::only_mesh_ranks_depth() > 0,
+              "shard_map: a gradient through a shard_map needs its mesh to hold every rank, or the call to be "
+              "made by the mesh's ranks alone (dax::OnlyMeshRanks); ", to_string(mesh_), " holds ", mesh_.size(), " of ",
+              Runtime::current().size());
     DAX_CHECK(mesh_.num_axes() < 64, "shard_map: a gradient through a shard_map supports meshes of up to 63 axes, got ",
               mesh_.num_axes());
   }
@@ -328,7 +349,7 @@ class ShardMapped {
   /// to every other rank (the one step of a shard_map that involves ranks outside its mesh).
   void share_with_outside(const std::vector<int64_t>& all, const std::string& error) const {
     Runtime& rt = Runtime::current();
-    if (mesh_.size() == rt.size()) return;
+    if (mesh_.size() == rt.size() || detail::only_mesh_ranks_depth() > 0) return;
     const size_t outputs = all.size() / (detail::kRecordSize * mesh_.size());
     std::vector<int64_t> records(all.begin(), all.begin() + outputs * detail::kRecordSize);
     records.push_back(error.empty() ? 0 : 1);

@@ -32,6 +32,7 @@
 #include <dax/autodiff/grad.hpp>
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/tree.hpp>
+#include <dax/manual/shard_map.hpp>
 #include <dax/optim/clip.hpp>
 #include <dax/parallel/schedule.hpp>
 #include <dax/runtime/runtime.hpp>
@@ -226,6 +227,7 @@ class Pipeline {
       link_counts_.clear();
       sent_shapes_.clear();
       const auto& actions = schedule_.actions[stage_];
+      OnlyMeshRanks stage_ranks;  // a chunk's shard_maps (ring attention, experts) run on its stage alone
       for (size_t k = 0; k < actions.size(); ++k) {
         const Action& act = actions[k];
         const int c = act.chunk, i = act.microbatch;
