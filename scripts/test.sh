@@ -23,6 +23,8 @@ DAX_CMAKE_ARGS="-DDAX_WARNINGS_AS_ERRORS=ON ${DAX_CMAKE_ARGS:-}"
 compile_only=ON
 if nvidia-smi -L >/dev/null 2>&1; then compile_only=OFF; fi
 DAX_CMAKE_ARGS="-DDAX_CUDA_COMPILE_ONLY=$compile_only $DAX_CMAKE_ARGS"
+# The C++ benchmarks never run in CI: checked to compile, not built (DAX_BENCHMARKS_COMPILE_ONLY).
+DAX_CMAKE_ARGS="-DDAX_BENCHMARKS_COMPILE_ONLY=ON $DAX_CMAKE_ARGS"
 source "$(dirname "$0")/setup.sh"
 stage_done "setup and build"
 # The tests of one process each run two at a time: the two longest (the unit tests, 75 s; the
