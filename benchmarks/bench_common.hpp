@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <vector>
 
 #include <dax/core/shape.hpp>
@@ -47,6 +48,25 @@ double slowest_rank_per_call_us(F&& f, int iters) {
   double us = per_call_us(f, iters);
   MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return us;
+}
+
+/// x's largest and total value over the ranks.
+inline double max_over_ranks(double x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return x;
+}
+inline double sum_over_ranks(double x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return x;
+}
+
+/// n floats uniform in [-scale, scale] from `seed` (the same on every rank).
+inline std::vector<float> uniform_floats(size_t n, unsigned seed, float scale = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> out(n);
+  for (auto& x : out) x = d(rng);
+  return out;
 }
 
 /// A float32 array of `mib` MiB, rows a power of two, as square as that allows (rows and columns

@@ -25,19 +25,7 @@ namespace {
 using Array = dax::DistArray<float>;
 using Qkv = std::vector<Array>;
 
-std::vector<float> uniform(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> out(n);
-  for (auto& x : out) x = d(rng);
-  return out;
-}
-
-/// The largest value of x over the ranks.
-double max_over_ranks(double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return x;
-}
+using dax::bench::max_over_ranks;
 
 /// Seconds and this rank's peak bytes above what was in use before, of one call of f.
 template <class F>
@@ -75,7 +63,8 @@ int main(int argc, char** argv) {
     const dax::Shape shape{batch, s, heads, dim};
     const size_t n = size_t(batch * s * heads * dim);
     // The same values in both runs: the ring's inputs are the whole run's in zigzag order.
-    const std::vector<float> q = uniform(n, 1), k = uniform(n, 2), v = uniform(n, 3), w = uniform(n, 4);
+    const std::vector<float> q = dax::bench::uniform_floats(n, 1), k = dax::bench::uniform_floats(n, 2),
+                             v = dax::bench::uniform_floats(n, 3), w = dax::bench::uniform_floats(n, 4);
     const std::vector<int64_t> order = dax::parallel::zigzag_order(s, c);
     auto zigzag = [&](const std::vector<float>& x) {
       std::vector<float> out(n);

@@ -25,23 +25,9 @@ namespace {
 
 using Array = dax::DistArray<float>;
 
-std::vector<float> uniform(size_t n, unsigned seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-scale, scale);
-  std::vector<float> out(n);
-  for (auto& x : out) x = d(rng);
-  return out;
-}
-
-double max_over_ranks(double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return x;
-}
-
-double sum_over_ranks(double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return x;
-}
+using dax::bench::max_over_ranks;
+using dax::bench::sum_over_ranks;
+using dax::bench::uniform_floats;
 
 struct Measured {
   double seconds = 0, peak_bytes = 0, loss = 0, a2a_bytes = 0, all_reduce_bytes = 0, rows_sent = 0;
@@ -64,10 +50,10 @@ int main(int argc, char** argv) {
     else if (flag == "--reps") reps = int(v);
   }
   const int n = rt.size();
-  const std::vector<float> x = uniform(size_t(tokens * d), 1, 1), w = uniform(size_t(tokens * d), 2, 1);
-  const std::vector<float> router = uniform(size_t(d * experts), 3, 1.0f / std::sqrt(float(d)));
-  const std::vector<float> w_in = uniform(size_t(experts * d * f), 4, 1.0f / std::sqrt(float(d)));
-  const std::vector<float> w_out = uniform(size_t(experts * f * d), 5, 1.0f / std::sqrt(float(f)));
+  const std::vector<float> x = uniform_floats(size_t(tokens * d), 1, 1), w = uniform_floats(size_t(tokens * d), 2, 1);
+  const std::vector<float> router = uniform_floats(size_t(d * experts), 3, 1.0f / std::sqrt(float(d)));
+  const std::vector<float> w_in = uniform_floats(size_t(experts * d * f), 4, 1.0f / std::sqrt(float(d)));
+  const std::vector<float> w_out = uniform_floats(size_t(experts * f * d), 5, 1.0f / std::sqrt(float(f)));
 
   // mesh: ('data', 'expert'); the tokens split over both; the experts over 'expert' when `split`.
   auto run = [&](const dax::Mesh& mesh, bool split) {

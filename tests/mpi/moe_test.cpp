@@ -169,6 +169,20 @@ void check_layer(const Mesh& mesh, const dax::PartitionSpec::Entry& token_split,
   check_layer_with(mesh, token_split, groups, o, random_weights(s, rng), s);
 }
 
+// The gradients of sum(y * r) + 0.3 aux with respect to the tokens, the router and both expert
+// tensors against central differences, the tokens laid out by `tokens`, the experts over 'expert'.
+void check_gradients(const Mesh& mesh, const NamedSharding& tokens, const Weights& w, const Sizes& s,
+                     const MoeOptions& o, std::mt19937& rng) {
+  const auto cot = dax::device_put(dax::test::uniform(s.tokens * s.d, rng), {s.tokens, s.d}, tokens);
+  const dax::test::Loss loss = [&](const dax::test::Params& p) {
+    const auto out = dax::parallel::moe(p[0], dax::parallel::MoeParams<double>{p[1], p[2], p[3]}, "expert", o);
+    return dax::sum(out.y * cot) + out.aux_loss * 0.3;
+  };
+  dax::test::check_against_differences(
+      loss, {w.x, w.router, w.w_in, w.w_out}, {{s.tokens, s.d}, {s.d, s.experts}, {s.experts, s.d, s.f}, {s.experts, s.f, s.d}},
+      {tokens, NamedSharding(mesh, P()), NamedSharding(mesh, P("expert")), NamedSharding(mesh, P("expert"))}, rng);
+}
+
 }  // namespace
 
 TEST_CASE("moe equals the layer computed on the host, with the bytes of the rows that leave", "[moe]") {
@@ -201,18 +215,8 @@ TEST_CASE("moe's gradients equal central differences, dropless and with a capaci
   for (const double cf : {0.0, 1.0}) {
     std::mt19937 rng(6200 + unsigned(n) + unsigned(cf * 10));
     const Weights w = random_weights(s, rng);
-    const auto r = dax::test::uniform(s.tokens * s.d, rng);
-    const auto cot = dax::device_put(r, {s.tokens, s.d}, NamedSharding(line, P("expert", dax::none)));
-    const MoeOptions o{.top_k = 2, .capacity_factor = cf};
-    const dax::test::Loss loss = [&](const dax::test::Params& p) {
-      const auto out = dax::parallel::moe(p[0], dax::parallel::MoeParams<double>{p[1], p[2], p[3]}, "expert", o);
-      return dax::sum(out.y * cot) + out.aux_loss * 0.3;
-    };
-    dax::test::check_against_differences(
-        loss, {w.x, w.router, w.w_in, w.w_out}, {{s.tokens, s.d}, {s.d, s.experts}, {s.experts, s.d, s.f}, {s.experts, s.f, s.d}},
-        {NamedSharding(line, P("expert", dax::none)), NamedSharding(line, P()), NamedSharding(line, P("expert")),
-         NamedSharding(line, P("expert"))},
-        rng);
+    check_gradients(line, NamedSharding(line, P("expert", dax::none)), w, s,
+                    MoeOptions{.top_k = 2, .capacity_factor = cf}, rng);
   }
 }
 
@@ -249,16 +253,8 @@ TEST_CASE("moe's gradients on two axes: the tokens over both, or over the expert
   const bool both = GENERATE(true, false);  // else replicated over 'model', as under tensor parallelism
   std::mt19937 rng(6300 + unsigned(n) + (both ? 0u : 50u));
   const Weights w = random_weights(s, rng);
-  const auto r = dax::test::uniform(s.tokens * s.d, rng);
   const NamedSharding rows(grid, both ? P(dax::axes("expert", "model"), dax::none) : P("expert", dax::none));
-  const auto cot = dax::device_put(r, {s.tokens, s.d}, rows);
-  const dax::test::Loss loss = [&](const dax::test::Params& p) {
-    const auto out = dax::parallel::moe(p[0], dax::parallel::MoeParams<double>{p[1], p[2], p[3]}, "expert");
-    return dax::sum(out.y * cot) + out.aux_loss * 0.3;
-  };
-  dax::test::check_against_differences(
-      loss, {w.x, w.router, w.w_in, w.w_out}, {{s.tokens, s.d}, {s.d, s.experts}, {s.experts, s.d, s.f}, {s.experts, s.f, s.d}},
-      {rows, NamedSharding(grid, P()), NamedSharding(grid, P("expert")), NamedSharding(grid, P("expert"))}, rng);
+  check_gradients(grid, rows, w, s, MoeOptions{}, rng);
 }
 
 TEST_CASE("moe with a device whose experts get no rows", "[moe][grad]") {
@@ -273,17 +269,7 @@ TEST_CASE("moe with a device whose experts get no rows", "[moe][grad]") {
   for (int64_t t = 0; t < s.tokens; ++t) w.x[size_t(t * s.d)] = 1;
   for (int64_t e = 0; e < local_experts; ++e) w.router[size_t(e)] = -40;
   if (n > 1) check_layer_with(line, "expert", n, MoeOptions{}, w, s);
-  const auto r = dax::test::uniform(s.tokens * s.d, rng);
-  const auto cot = dax::device_put(r, {s.tokens, s.d}, NamedSharding(line, P("expert", dax::none)));
-  const dax::test::Loss loss = [&](const dax::test::Params& p) {
-    const auto out = dax::parallel::moe(p[0], dax::parallel::MoeParams<double>{p[1], p[2], p[3]}, "expert");
-    return dax::sum(out.y * cot) + out.aux_loss * 0.3;
-  };
-  dax::test::check_against_differences(
-      loss, {w.x, w.router, w.w_in, w.w_out}, {{s.tokens, s.d}, {s.d, s.experts}, {s.experts, s.d, s.f}, {s.experts, s.f, s.d}},
-      {NamedSharding(line, P("expert", dax::none)), NamedSharding(line, P()), NamedSharding(line, P("expert")),
-       NamedSharding(line, P("expert"))},
-      rng);
+  check_gradients(line, NamedSharding(line, P("expert", dax::none)), w, s, MoeOptions{}, rng);
 }
 
 TEST_CASE("moe where one device of a 'model' pair has rows for an expert and the other none", "[moe][grad]") {
@@ -300,13 +286,5 @@ TEST_CASE("moe where one device of a 'model' pair has rows for an expert and the
   const int64_t per_group = s.tokens / n;
   for (int64_t t = 0; t < s.tokens; ++t) w.x[size_t(t * s.d)] = (t / per_group) % 2 == 0 ? -1 : 1;
   w.router[0] = -40;
-  const NamedSharding rows(grid, P(dax::axes("expert", "model"), dax::none));
-  const auto cot = dax::device_put(dax::test::uniform(s.tokens * s.d, rng), {s.tokens, s.d}, rows);
-  const dax::test::Loss loss = [&](const dax::test::Params& p) {
-    const auto out = dax::parallel::moe(p[0], dax::parallel::MoeParams<double>{p[1], p[2], p[3]}, "expert");
-    return dax::sum(out.y * cot) + out.aux_loss * 0.3;
-  };
-  dax::test::check_against_differences(
-      loss, {w.x, w.router, w.w_in, w.w_out}, {{s.tokens, s.d}, {s.d, s.experts}, {s.experts, s.d, s.f}, {s.experts, s.f, s.d}},
-      {rows, NamedSharding(grid, P()), NamedSharding(grid, P("expert")), NamedSharding(grid, P("expert"))}, rng);
+  check_gradients(grid, NamedSharding(grid, P(dax::axes("expert", "model"), dax::none)), w, s, MoeOptions{}, rng);
 }

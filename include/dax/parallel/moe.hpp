@@ -175,14 +175,14 @@ std::tuple<DistArray<T>, DistArray<T>> moe_block(const DistArray<T>& x, const Di
   std::vector<int64_t> start(static_cast<size_t>(E) + 1, 0);
   for (int64_t e = 0; e < E; ++e) start[size_t(e) + 1] = start[size_t(e)] + per_expert[size_t(e)];
   const int64_t sent_rows = start[size_t(E)];
-  std::vector<int64_t> order(static_cast<size_t>(sent_rows)), token_of(static_cast<size_t>(sent_rows));
-  std::vector<int64_t> place_of(choice.size(), sent_rows);  // a pair's row in `order`; dropped: the zero row
+  std::vector<int64_t> token_of(static_cast<size_t>(sent_rows));  // the token of each row sent, in expert order
+  std::vector<int64_t> place_of(choice.size(), sent_rows);  // a pair's row among them; dropped: the zero row
   {
     std::vector<int64_t> next(start.begin(), start.end() - 1);
     for (size_t a = 0; a < choice.size(); ++a) {
       if (!kept[a]) continue;
       const int64_t r = next[static_cast<size_t>(choice[a])]++;
-      order[size_t(r)] = int64_t(a), token_of[size_t(r)] = int64_t(a) / k, place_of[a] = r;
+      token_of[size_t(r)] = int64_t(a) / k, place_of[a] = r;
     }
   }
 
@@ -235,7 +235,7 @@ std::tuple<DistArray<T>, DistArray<T>> moe_block(const DistArray<T>& x, const Di
   }
   const DistArray<T> computed = take(outs.size() == 1 ? outs[0] : concatenate(outs, 0), ids(ungroup), 0);
 
-  // 4. Combine: the rows go home in `order`; each pair picks its row (a dropped one the zero row).
+  // 4. Combine: the rows go home in the order they were sent; each pair picks its row (a dropped one the zero row).
   const DistArray<T> home = all_to_allv(computed, s.axis, recv_counts, send_counts);
   const DistArray<T> padded = concatenate(std::vector<DistArray<T>>{home, zeros<T>({1, d}, here)}, 0);
   const DistArray<T> pair_rows = reshape(take(padded, ids(place_of), 0), {n, int64_t(k), d});
