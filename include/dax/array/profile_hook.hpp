@@ -9,6 +9,7 @@
 #include <dax/core/compiled_mode.hpp>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,33 +76,43 @@ inline std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+/// The op an elementwise function object's pretty signature names, as function_name<F>() spells
+/// it. One function for every F: only the static below is per type.
+DAX_OUTLINE std::string function_name_from(std::string text)
+#if DAX_HEADER_DEFINITIONS
+{
+  const size_t at = text.find("F = ");
+  text = at == std::string::npos ? "elementwise" : text.substr(at + 4);
+  text = text.substr(0, text.find_first_of(";]"));
+  for (const char* bind : {"BindRight<", "BindLeft<"}) {  // a scalar bound to a binary op: name the op
+    const size_t b = text.find(bind);
+    if (b != std::string::npos) text = text.substr(b + std::string(bind).size());
+  }
+  text = text.substr(0, text.find_first_of("<,"));
+  const size_t colon = text.rfind("::");
+  if (colon != std::string::npos) text = text.substr(colon + 2);
+  std::string snake;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c >= 'A' && c <= 'Z') {
+      if (i > 0) snake += '_';
+      snake += static_cast<char>(c - 'A' + 'a');
+    } else {
+      snake += c;
+    }
+  }
+  return snake.empty() ? std::string("elementwise") : snake;
+}
+#else
+;
+#endif
+
 /// The op an elementwise function object stands for, from its type's name: fn::Add -> "add",
 /// fn::BindRight<fn::Multiply, float> -> "multiply" (a scalar operand), fn::Tanh -> "tanh".
 template <class F>
 const char* function_name() {
-  static const std::string name = [](std::string text) {
-    const size_t at = text.find("F = ");
-    text = at == std::string::npos ? "elementwise" : text.substr(at + 4);
-    text = text.substr(0, text.find_first_of(";]"));
-    for (const char* bind : {"BindRight<", "BindLeft<"}) {  // a scalar bound to a binary op: name the op
-      const size_t b = text.find(bind);
-      if (b != std::string::npos) text = text.substr(b + std::string(bind).size());
-    }
-    text = text.substr(0, text.find_first_of("<,"));
-    const size_t colon = text.rfind("::");
-    if (colon != std::string::npos) text = text.substr(colon + 2);
-    std::string snake;
-    for (size_t i = 0; i < text.size(); ++i) {
-      const char c = text[i];
-      if (c >= 'A' && c <= 'Z') {
-        if (i > 0) snake += '_';
-        snake += static_cast<char>(c - 'A' + 'a');
-      } else {
-        snake += c;
-      }
-    }
-    return snake.empty() ? std::string("elementwise") : snake;
-  }(__PRETTY_FUNCTION__);  // "... [with F = dax::detail::fn::Tanh]" (GCC), "... [F = ...]" (Clang)
+  // "... [with F = dax::detail::fn::Tanh]" (GCC), "... [F = ...]" (Clang)
+  static const std::string name = function_name_from(__PRETTY_FUNCTION__);
   return name.c_str();
 }
 
@@ -134,66 +145,79 @@ DAX_OUTLINE void count_collective(const std::string& kind, const std::string& ax
 ;
 #endif
 
+/// What the profile records of one input (or the result) of an op.
+struct ProfiledArray {
+  const Shape& shape;
+  DType type;
+  const NamedSharding& sharding;
+};
+
 /// Marks one op for the profile for the lifetime of the scope: its time, the bytes it leaves
-/// allocated (its result, net of temporaries), the bytes its collectives received.
+/// allocated (its result, net of temporaries), the bytes its collectives received. The inline part
+/// is the check whether a profile runs; the rest is compiled once, for every op (DAX_OUTLINE).
 class ProfiledOp {
  public:
   template <class... In>
   explicit ProfiledOp(const char* name, const DistArray<In>&... inputs) {
     progress_in_flight();  // transfers started by reshard_async move on while ops run
     log_ = active_profile();
-    if (log_ == nullptr) return;
-    name_ = name;
-    std::string shapes, shardings, axes;
-    (describe(inputs.shape(), dtype_v<In>, inputs.sharding(), shapes, shardings, axes), ...);
-    args_ = {{"inputs", json_string(shapes)}, {"shardings", json_string(shardings)},
-             {"mesh_axes", json_string(axes)}};
-    log_->open.push_back({0, 0, name});
-    profile_wait_for_device();
-    bytes_before_ = memory_stats().bytes_in_use;
-    start_ = profile_clock_ns();
+    if (log_ != nullptr) open(name, "inputs", {ProfiledArray{inputs.shape(), dtype_v<In>, inputs.sharding()}...});
   }
   /// An op that makes an array from nothing but its description (creation, random sampling).
-  ProfiledOp(const char* name, const Shape& shape, DType type, const NamedSharding& sharding)
-      : ProfiledOp(name) {
-    if (log_ == nullptr) return;
-    std::string shapes, shardings, axes;
-    describe(shape, type, sharding, shapes, shardings, axes);
-    args_ = {{"result", json_string(shapes)}, {"shardings", json_string(shardings)}, {"mesh_axes", json_string(axes)}};
+  ProfiledOp(const char* name, const Shape& shape, DType type, const NamedSharding& sharding) {
+    progress_in_flight();
+    log_ = active_profile();
+    if (log_ != nullptr) open(name, "result", {ProfiledArray{shape, type, sharding}});
   }
   ~ProfiledOp() {
-    if (log_ == nullptr) return;
-    profile_wait_for_device();
-    const int64_t now = profile_clock_ns();
-    const ProfileLog::OpenOp done = log_->open.back();
-    log_->open.pop_back();
-    ProfileEvent e{name_, "op", start_ - log_->origin_ns, now - start_, std::move(args_)};
-    e.args.emplace_back("bytes", std::to_string(memory_stats().bytes_in_use - bytes_before_));
-    e.args.emplace_back("comm_bytes", std::to_string(done.comm_bytes));
-    e.args.emplace_back("collectives", std::to_string(done.collectives));
-    log_->events.push_back(std::move(e));
+    if (log_ != nullptr) close();
   }
   ProfiledOp(const ProfiledOp&) = delete;
   ProfiledOp& operator=(const ProfiledOp&) = delete;
 
  private:
-  static void describe(const Shape& shape, DType type, const NamedSharding& s, std::string& shapes,
-                       std::string& shardings, std::string& axes) {
-    if (!shapes.empty()) shapes += "; ", shardings += "; ";
-    shapes += to_string(type) + to_string(shape);
-    shardings += to_string(s.spec());
-    for (int i = 0; i < s.mesh().num_axes(); ++i) {
-      if (!s.splits(i) && !s.is_unreduced_over(i)) continue;
-      const std::string quoted = "'" + s.mesh().axis_names()[i] + "'";
-      if (axes.find(quoted) == std::string::npos) axes += (axes.empty() ? "" : ", ") + quoted;
-    }
-  }
+  DAX_OUTLINE void open(const char* name, const char* role, std::initializer_list<ProfiledArray> arrays);
+  DAX_OUTLINE void close();
 
   ProfileLog* log_ = nullptr;
   const char* name_ = "";
   int64_t start_ = 0, bytes_before_ = 0;
   std::vector<std::pair<std::string, std::string>> args_;
 };
+
+#if DAX_HEADER_DEFINITIONS
+DAX_OUTLINE void ProfiledOp::open(const char* name, const char* role, std::initializer_list<ProfiledArray> arrays) {
+  name_ = name;
+  std::string shapes, shardings, axes;
+  for (const ProfiledArray& a : arrays) {
+    if (!shapes.empty()) shapes += "; ", shardings += "; ";
+    shapes += to_string(a.type) + to_string(a.shape);
+    shardings += to_string(a.sharding.spec());
+    for (int i = 0; i < a.sharding.mesh().num_axes(); ++i) {
+      if (!a.sharding.splits(i) && !a.sharding.is_unreduced_over(i)) continue;
+      const std::string quoted = "'" + a.sharding.mesh().axis_names()[i] + "'";
+      if (axes.find(quoted) == std::string::npos) axes += (axes.empty() ? "" : ", ") + quoted;
+    }
+  }
+  args_ = {{role, json_string(shapes)}, {"shardings", json_string(shardings)}, {"mesh_axes", json_string(axes)}};
+  log_->open.push_back({0, 0, name});
+  profile_wait_for_device();
+  bytes_before_ = memory_stats().bytes_in_use;
+  start_ = profile_clock_ns();
+}
+
+DAX_OUTLINE void ProfiledOp::close() {
+  profile_wait_for_device();
+  const int64_t now = profile_clock_ns();
+  const ProfileLog::OpenOp done = log_->open.back();
+  log_->open.pop_back();
+  ProfileEvent e{name_, "op", start_ - log_->origin_ns, now - start_, std::move(args_)};
+  e.args.emplace_back("bytes", std::to_string(memory_stats().bytes_in_use - bytes_before_));
+  e.args.emplace_back("comm_bytes", std::to_string(done.comm_bytes));
+  e.args.emplace_back("collectives", std::to_string(done.collectives));
+  log_->events.push_back(std::move(e));
+}
+#endif
 
 }  // namespace detail
 }  // namespace dax

@@ -33,9 +33,13 @@ void blas_gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int m, 
 #endif
 
 /// c = op(a) @ op(b) for row-major c (m x n); a is stored row-major as (m x k), or as (k x m)
-/// when `trans_a` (likewise b: (k x n), or (n x k) when `trans_b`). Eigen hands a transposed map
-/// to BLAS as a transpose flag, so no operand is copied. The 16-bit types multiply and accumulate
-/// in float and round once, as cuBLAS does with float compute.
+/// when `trans_a` (likewise b: (k x n), or (n x k) when `trans_b`). With BLAS, float and double go
+/// to it with transpose flags (no copy). Otherwise a transposed operand is copied first and every
+/// product is the same Eigen expression: one Eigen GEMM per element type rather than one per pair
+/// of flags, each with its own packing, GEMV and small-size paths (70 KB of code and 2 s of every
+/// header-only build, docs/building.md), for a copy of O(m k) beside O(m n k) work. The 16-bit
+/// types multiply and accumulate in float (float's product, or BLAS) and round once, as cuBLAS
+/// does with float compute.
 template <class T>
 void gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int64_t m, int64_t k, int64_t n) {
   Eigen::Map<RowMajor<T>> cm(c, m, n);
@@ -52,19 +56,25 @@ void gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int64_t m, i
     }
   }
 #endif
-  const Eigen::Map<const RowMajor<T>> as(a, trans_a ? k : m, trans_a ? m : k), bs(b, trans_b ? n : k, trans_b ? k : n);
-  const auto product = [&](const auto& am, const auto& bm) {
-    if constexpr (is_float16_v<T>) {
-      const RowMajor<float> p = am.template cast<float>() * bm.template cast<float>();
-      cm = p.template cast<T>();
-    } else {
-      cm.noalias() = am * bm;
-    }
+  using Compute = std::conditional_t<is_float16_v<T>, float, T>;
+  // An operand as the product reads it, (rows x cols) row-major: `data` itself when it is stored
+  // so and already of the compute type, else copied into `copy`.
+  const auto operand = [](const T* data, bool transposed, int64_t rows, int64_t cols, RowMajor<Compute>& copy) {
+    if (!transposed && std::is_same_v<T, Compute>) return reinterpret_cast<const Compute*>(data);
+    if (transposed) copy = Eigen::Map<const RowMajor<T>>(data, cols, rows).transpose().template cast<Compute>();
+    else copy = Eigen::Map<const RowMajor<T>>(data, rows, cols).template cast<Compute>();
+    return static_cast<const Compute*>(copy.data());
   };
-  if (trans_a && trans_b) return product(as.transpose(), bs.transpose());
-  if (trans_a) return product(as.transpose(), bs);
-  if (trans_b) return product(as, bs.transpose());
-  product(as, bs);
+  RowMajor<Compute> a_copy, b_copy;
+  const Compute* ap = operand(a, trans_a, m, k, a_copy);
+  const Compute* bp = operand(b, trans_b, k, n, b_copy);
+  if constexpr (is_float16_v<T>) {
+    RowMajor<float> p(m, n);
+    gemm<float>(ap, false, bp, false, p.data(), m, k, n);
+    cm = p.template cast<T>();
+  } else {
+    cm.noalias() = Eigen::Map<const RowMajor<T>>(ap, m, k) * Eigen::Map<const RowMajor<T>>(bp, k, n);
+  }
 }
 
 /// Batched: a (batch_a..., m, k), b (batch_b..., k, n), c (batch..., m, n), batch dims broadcast;
