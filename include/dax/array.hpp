@@ -18,6 +18,7 @@
 #include <dax/array/dist_array.hpp>
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
+#include <dax/array/explicit_sharding.hpp>
 #include <dax/array/reshard_async.hpp>
 #include <dax/array/prefetch.hpp>
 #include <dax/comm/comm_stats.hpp>

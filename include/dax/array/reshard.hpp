@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <dax/array/dist_array.hpp>
+#include <dax/array/explicit_sharding.hpp>
 #include <dax/array/reshard_program.hpp>
 #include <dax/array/profile_hook.hpp>
 #include <dax/array/trace.hpp>
@@ -261,6 +262,21 @@ namespace detail {
 template <class T>
 DistArray<T> moved_to(const DistArray<T>& x, const NamedSharding& s) {
   return x.sharding() == s ? x : reshard_untraced(x, s);  // part of the op that moves it: not recorded
+}
+
+/// Before `op` moves its input `x` to `s` on its own: raised or recorded inside an
+/// ExplicitSharding scope (array/explicit_sharding.hpp); nothing otherwise.
+template <class T>
+void check_operand_layout(const DistArray<T>& x, const NamedSharding& s, const char* op) {
+  if (ExplicitSharding::innermost() != nullptr && !(x.sharding() == s))
+    implicit_reshard(op, x.shape(), dtype_v<T>, sizeof(T), x.sharding(), s);
+}
+
+/// moved_to for an op's input (not its result, nor a cotangent): checked by check_operand_layout.
+template <class T>
+DistArray<T> operand_to(const DistArray<T>& x, const NamedSharding& s, const char* op) {
+  check_operand_layout(x, s, op);
+  return moved_to(x, s);
 }
 
 template <class T>

@@ -240,6 +240,7 @@ class Tape final : public Tracer {
   /// cotangent is summed over the axes the input was implicitly broadcast along.
   /// `mask`: the inputs wanted (cotangent_mask), null for all.
   static Cotangents run_pullback(const Node& node, const AnyArray& g, const std::vector<bool>* mask = nullptr) {
+    const ImplicitResharding backward;  // the backward's moves follow from the forward's layouts
     struct MaskScope {
       const std::vector<bool>* saved;
       explicit MaskScope(const std::vector<bool>* m) : saved(std::exchange(cotangent_mask(), m)) {}

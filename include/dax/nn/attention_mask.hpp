@@ -42,7 +42,7 @@ DistArray<T> masked_softmax(const DistArray<T>& x, const DistArray<bool>& mask) 
       [](const DistArray<T>& x, const DistArray<bool>& mask) {
         using namespace detail;
         const DistArray<T> s =
-            map<T>(Linearity::none, nn_fn::SelectOr<T>{std::numeric_limits<T>::lowest()}, nn_reduced(x), mask);
+            map<T>(Linearity::none, nn_fn::SelectOr<T>{std::numeric_limits<T>::lowest()}, nn_reduced(x, "masked_softmax"), mask);
         const DistArray<T> e = map<T>(Linearity::none, nn_fn::ExpShift{}, s, max(s, {-1}, true));
         DistArray<T> y = e / sum(e, {-1}, true);
         return std::pair{y, y};

@@ -59,13 +59,15 @@ DistArray<T> cross_entropy(const DistArray<T>& logits, const DistArray<L>& label
       [count](const DistArray<T>& x, const DistArray<L>& labels) {
         using namespace detail;
         // Partial sums are reduced first: the max and the label's pick need the true logits.
-        const DistArray<T> z = nn_reduced(x);
+        const DistArray<T> z = nn_reduced(x, "cross_entropy");
         const DistArray<T> m = max(z, {-1}, true);  // all-reduce MAX over the vocabulary axes
         const DistArray<T> s = sum(map<T>(Linearity::none, nn_fn::ExpShift{}, z, m), {-1}, true);  // all-reduce SUM
         // The labels as a (..., 1) column laid out like the rows of z (replicated over the
         // vocabulary axes): no bytes when they came that way, saved for the backward.
-        const DistArray<L> label =
-            reshard(expand_dims(labels, -1), unsplit(z.sharding(), z.ndim(), z.ndim() - 1));
+        const NamedSharding rows = unsplit(z.sharding(), z.ndim(), z.ndim() - 1);
+        const DistArray<L> column_of_labels = expand_dims(labels, -1);
+        check_operand_layout(column_of_labels, rows, "cross_entropy");
+        const DistArray<L> label = reshard(column_of_labels, rows);
         const DistArray<L> column = last_index<L>(z);
         const DistArray<T> picked =
             sum(map<T>(Linearity::none, nn_fn::PickLabel{}, z, label, column), {-1}, true);  // all-reduce SUM

@@ -23,8 +23,11 @@ namespace detail {
 /// x with its partial sums reduced (the same array when it has none): nn's forwards read the true
 /// values several times, so an unreduced input is reduced once, up front.
 template <class T>
-DistArray<T> nn_reduced(const DistArray<T>& x) {
-  return x.sharding().is_unreduced() ? reshard(x, with_unreduced_axes(x.sharding(), x.ndim(), {})) : x;
+DistArray<T> nn_reduced(const DistArray<T>& x, const char* op) {
+  if (!x.sharding().is_unreduced()) return x;
+  const NamedSharding reduced = with_unreduced_axes(x.sharding(), x.ndim(), {});
+  check_operand_layout(x, reduced, op);
+  return reshard(x, reduced);
 }
 
 /// The shape checks of the normalizations: x of rank >= 1, a parameter of shape (last dim,).
@@ -49,7 +52,7 @@ DistArray<T> layer_norm(const DistArray<T>& x, const DistArray<T>& gamma, const 
       "layer_norm",
       [eps](const DistArray<T>& input, const DistArray<T>& gamma, const DistArray<T>& beta) {
         using namespace detail;
-        const DistArray<T> x = nn_reduced(input);
+        const DistArray<T> x = nn_reduced(input, "layer_norm");
         const DistArray<T> mu = mean(x, {-1}, true);
         const DistArray<T> xc = x - mu;
         const DistArray<T> rstd =
@@ -66,7 +69,7 @@ DistArray<T> layer_norm(const DistArray<T>& x, const DistArray<T>& gamma, const 
         // dx needs g's true values (a nonlinear kernel reads them): an unreduced g (a Megatron
         // column-parallel layer's input gradient) is reduced once here, so the two row means below
         // need no all-reduces of their own, and dgamma, dbeta are partial only over the row axes.
-        const DistArray<T> gr = need[0] ? nn_reduced(g) : g;
+        const DistArray<T> gr = need[0] ? nn_reduced(g, "layer_norm") : g;
         if (need[0]) {
           const DistArray<T> gg = gr * gamma;
           dx = map<T>(Linearity::none, nn_fn::LayerNormGradX{}, gg, mean(gg, {-1}, true), xhat,
@@ -89,7 +92,7 @@ DistArray<T> rms_norm(const DistArray<T>& x, const DistArray<T>& gamma, double e
       "rms_norm",
       [eps](const DistArray<T>& input, const DistArray<T>& gamma) {
         using namespace detail;
-        const DistArray<T> x = nn_reduced(input);
+        const DistArray<T> x = nn_reduced(input, "rms_norm");
         const DistArray<T> r =
             map<T>(Linearity::none, nn_fn::RsqrtPlus<T>{static_cast<compute_t<T>>(eps)}, mean(square(x), {-1}, true));
         DistArray<T> y = map<T>(Linearity::none, nn_fn::Scale2{}, x, r, gamma);
@@ -99,7 +102,7 @@ DistArray<T> rms_norm(const DistArray<T>& x, const DistArray<T>& gamma, double e
         using namespace detail;
         const auto& [x, r, gamma] = saved;
         std::optional<DistArray<T>> dx, dgamma;
-        const DistArray<T> gr = need[0] ? nn_reduced(g) : g;  // reduced once first, as in layer_norm
+        const DistArray<T> gr = need[0] ? nn_reduced(g, "rms_norm") : g;  // reduced once first, as in layer_norm
         if (need[0])
           dx = map<T>(Linearity::none, nn_fn::RmsNormGradX{}, gr, gamma, x, r, mean(gr * gamma * x, {-1}, true));
         if (need[1]) dgamma = sum_to(map<T>(Linearity::scaling, nn_fn::Scale2{}, gr, x, r), Shape{x.shape().back()});

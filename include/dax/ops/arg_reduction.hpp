@@ -52,7 +52,7 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   flags[d] = true;
   check_not_empty(x.shape(), flags, name);
   const ReductionRule rule = reduction_rule(x.shape(), x.sharding(), flags, keepdims, false);
-  const DistArray<T> in = moved_to(x, rule.input);
+  const DistArray<T> in = operand_to(x, rule.input, name);
   Runtime& rt = Runtime::current();
   if (!in.is_addressable()) return DistArray<int64_t>(rule.out_shape, rule.partial, nullptr);
   const Shape local = in.local_shape();

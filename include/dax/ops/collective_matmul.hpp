@@ -155,7 +155,7 @@ DistArray<T> collective_matmul(const char* op, const DistArray<T>& a, const Dist
   const Shape out_shape{a.shape()[0], b.shape()[1]};
   DistArray<T> out = [&] {
     const ProfiledOp profiled(op, a, b);
-    const DistArray<T> am = moved_to(a, a_to), bm = moved_to(b, b_to);
+    const DistArray<T> am = operand_to(a, a_to, op), bm = operand_to(b, b_to, op);
     if (!am.is_addressable()) return DistArray<T>(out_shape, out_to, nullptr);
     Runtime& rt = Runtime::current();
     const Mesh& mesh = a_to.mesh();

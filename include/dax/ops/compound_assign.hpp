@@ -38,6 +38,7 @@ template <class T, class Op>
 DistArray<T>& assign_in_layout(DistArray<T>& a, const DistArray<T>& b, const char* name, bool additive, Op op) {
   const NamedSharding target = compound_operand_sharding(name, a, b.shape(), b.sharding(), additive);
   // reshard (not moved_to): under autodiff the moves are part of the recorded computation.
+  check_operand_layout(b, target, name);
   const DistArray<T> result = op(a, b.sharding() == target ? b : reshard(b, target));
   a = result.sharding() == a.sharding() ? result : reshard(result, a.sharding());
   return a;

@@ -36,7 +36,7 @@ DistArray<Out> map(Linearity linearity, F f, const DistArray<T>&... xs) {
       [&] { return elementwise_rule({xs.shape()...}, {xs.sharding()...}, linearity); });
   // Operands moved to the rule's shardings (in order: argument evaluation order is unspecified).
   const auto moved = [&]<size_t... I>(std::index_sequence<I...>) {
-    return std::make_tuple(moved_to(xs, rule.inputs[I])...);
+    return std::make_tuple(operand_to(xs, rule.inputs[I], function_name<F>())...);
   }(std::index_sequence_for<T...>{});
   Runtime& rt = Runtime::current();
   if (!rule.output.mesh().contains(rt.rank())) return DistArray<Out>(rule.out_shape, rule.output, nullptr);

@@ -153,7 +153,7 @@ DistArray<T> concatenate(const std::vector<DistArray<T>>& xs, int axis = 0) {
   std::vector<DistArray<T>> parts;
   for (const auto& x : xs) {
     // Each part laid out like the result (its own shape), reduced.
-    parts.push_back(detail::moved_to(x, s));
+    parts.push_back(detail::operand_to(x, s, "concatenate"));
   }
   if (!parts[0].is_addressable()) return DistArray<T>(shape, s, nullptr);
   const Box piece = s.device_indices(Runtime::current().rank(), shape);

@@ -53,7 +53,7 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
   const ProfiledOp profiled("matmul", a, b);
   const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced, matmul_grad(a, b));
   const MatmulCandidate& c = rule.best();
-  const DistArray<T> am = moved_to(a, c.a), bm = moved_to(b, c.b);
+  const DistArray<T> am = operand_to(a, c.a, "matmul"), bm = operand_to(b, c.b, "matmul");
   Runtime& rt = Runtime::current();
   if (!am.is_addressable()) return DistArray<T>(rule.out_shape, rule.target, nullptr);
   const Shape local = box_shape(c.out.device_indices(rt.rank(), rule.out_shape));

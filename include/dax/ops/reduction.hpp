@@ -55,7 +55,7 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
   const ReductionRule& rule = reduction_rules().get(
       RuleKey{1000, {x.shape()}, {x.sharding()}, params},
       [&] { return reduction_rule(x.shape(), x.sharding(), flags, keepdims, linear); });
-  const DistArray<T> in = moved_to(x, rule.input);
+  const DistArray<T> in = operand_to(x, rule.input, name);
   Runtime& rt = Runtime::current();
   if (!in.is_addressable()) return DistArray<T>(rule.out_shape, rule.partial, nullptr);
   const Shape local = box_shape(rule.partial.device_indices(rt.rank(), rule.out_shape));

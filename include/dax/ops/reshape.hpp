@@ -85,7 +85,7 @@ template <class T>
 DistArray<T> reshape(const DistArray<T>& x, Shape shape) {
   shape = detail::resolve_shape(x.shape(), std::move(shape));
   const auto rule = detail::reshape_rule(x.shape(), x.sharding(), shape);
-  DistArray<T> out(shape, rule.output, detail::moved_to(x, rule.input).buffer());
+  DistArray<T> out(shape, rule.output, detail::operand_to(x, rule.input, "reshape").buffer());
   detail::record("reshape", out, [&](auto) {
     return [from = x.shape()](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(reshape(g, from))}; };
   }, x);

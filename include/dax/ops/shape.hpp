@@ -112,7 +112,7 @@ DistArray<T> squeeze(const DistArray<T>& x, std::vector<int> dims = {}) {
   }
   NamedSharding unsplit_dims = x.sharding();
   for (int d : dims) unsplit_dims = detail::unsplit(unsplit_dims, x.ndim(), d);
-  DistArray<T> y = detail::moved_to(x, unsplit_dims);
+  DistArray<T> y = detail::operand_to(x, unsplit_dims, "squeeze");
   std::sort(dims.rbegin(), dims.rend());
   for (int d : dims) y = detail::drop_unit_dim(y, d);
   detail::record("squeeze", y, [&](auto) {
@@ -132,7 +132,7 @@ DistArray<T> broadcast_to(const DistArray<T>& x, const Shape& shape) {
       detail::elementwise_rule({x.shape(), shape}, {x.sharding(), whole}, detail::Linearity::scaling);
   DAX_CHECK(rule.out_shape == shape, "broadcast_to: ", to_string(x.shape()), " does not broadcast to ",
             to_string(shape));
-  const DistArray<T> in = detail::moved_to(x, rule.inputs[0]);
+  const DistArray<T> in = detail::operand_to(x, rule.inputs[0], "broadcast_to");
   if (!in.is_addressable()) return DistArray<T>(shape, rule.output, nullptr);
   const Shape local = box_shape(rule.output.device_indices(Runtime::current().rank(), shape));
   auto buffer = detail::dev::allocate(numel(local) * sizeof(T));

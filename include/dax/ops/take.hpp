@@ -110,8 +110,8 @@ DistArray<T> take(const DistArray<T>& table, const DistArray<I>& ids, int axis =
     DAX_CHECK(out_sharding->mesh() == table.sharding().mesh(), "take: out must be on the table's mesh ",
               to_string(table.sharding().mesh()), ", got ", to_string(out_sharding->mesh()));
   const NamedSharding& output = out_sharding ? *out_sharding : rule.output;
-  const DistArray<T> tm = detail::moved_to(table, rule.table);
-  const DistArray<I> im = detail::moved_to(ids, rule.ids);
+  const DistArray<T> tm = detail::operand_to(table, rule.table, "take");
+  const DistArray<I> im = detail::operand_to(ids, rule.ids, "take");
   DistArray<T> out = [&] {
     if (!tm.is_addressable()) return DistArray<T>(rule.out_shape, output, nullptr);
     const detail::RowView v = detail::row_view(tm.local_index(), axis);
@@ -162,7 +162,7 @@ DistArray<T> one_hot(const DistArray<I>& ids, int64_t depth, const PartitionSpec
   const NamedSharding columns(mesh, P(split));
   const std::vector<std::vector<int>> ddims{columns.dim_axes(0)};
   auto dims = detail::without_axes(detail::dims_of(ids.sharding(), ids.ndim()), ddims);
-  const DistArray<I> im = detail::moved_to(ids, detail::make_sharding(mesh, dims, {}));
+  const DistArray<I> im = detail::operand_to(ids, detail::make_sharding(mesh, dims, {}), "one_hot");
   dims.push_back(ddims[0]);
   Shape shape = ids.shape();
   shape.push_back(depth);
