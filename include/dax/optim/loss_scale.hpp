@@ -1,0 +1,106 @@
+// Dynamic loss scaling for float16 training, as torch.amp.GradScaler and jmp.DynamicLossScale do
+// it: the loss is multiplied by a scale S before the backward, so that small float16 gradients do
+// not flush to zero; the gradients are divided by S before the update. A step whose gradients hold
+// an inf or a NaN anywhere (on any rank) is skipped and S halved; after `growth_interval` good
+// steps in a row S doubles.
+//
+//   dax::optim::DynamicLossScale scaler;
+//   auto [scaled_loss, grads] = dax::value_and_grad([&](const Model& p) { return scaler.scale(loss_fn(p)); })(params);
+//   const double loss = scaled_loss.to_host()[0] / scaler.scale();  // before unscale() moves S
+//   if (scaler.unscale(grads)) opt.step(params, grads);              // false: skipped on every rank
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include <dax/autodiff/tree.hpp>
+#include <dax/core/error.hpp>
+#include <dax/optim/clip.hpp>
+#include <dax/runtime/runtime.hpp>
+
+namespace dax::optim {
+
+struct LossScaleOptions {
+  double initial = 65536.0;     // 2^16, GradScaler's init_scale
+  double growth_factor = 2.0;   // after growth_interval good steps in a row
+  double backoff_factor = 0.5;  // on a step with an inf or a NaN
+  int64_t growth_interval = 2000;
+  double min_scale = 1.0;  // S never falls below it (jmp's min_loss_scale)
+};
+
+class DynamicLossScale {
+ public:
+  explicit DynamicLossScale(LossScaleOptions options = {}) : o_(options), scale_(options.initial) {
+    DAX_CHECK(std::isfinite(o_.initial) && o_.initial > 0, "DynamicLossScale: initial must be a finite number > 0, got ",
+              o_.initial);
+    DAX_CHECK(o_.growth_factor >= 1, "DynamicLossScale: growth_factor must be >= 1, got ", o_.growth_factor);
+    DAX_CHECK(o_.backoff_factor > 0 && o_.backoff_factor < 1, "DynamicLossScale: backoff_factor must be in (0, 1), got ",
+              o_.backoff_factor);
+    DAX_CHECK(o_.growth_interval >= 1, "DynamicLossScale: growth_interval must be >= 1, got ", o_.growth_interval);
+    DAX_CHECK(o_.min_scale > 0 && o_.min_scale <= o_.initial, "DynamicLossScale: min_scale must be in (0, initial = ",
+              o_.initial, "], got ", o_.min_scale);
+  }
+
+  /// The scale the next backward is taken at.
+  double scale() const { return scale_; }
+  /// `loss` times scale(), in its own element type (compute the loss in float32: a float16 loss of
+  /// 1 times 2^16 is already inf).
+  template <class T>
+  DistArray<T> scale(const DistArray<T>& loss) const {
+    return loss * static_cast<T>(scale_);
+  }
+
+  /// Checks `grads` (taken of a scaled loss) for an inf or a NaN on any rank and updates the
+  /// scale. Finite: divides every leaf by the scale it was taken at (in place, each keeping its
+  /// sharding) and returns true. Otherwise leaves them as they are, halves the scale and returns
+  /// false, on every rank alike. One all-reduce of 8 bytes per mesh the leaves live on (their
+  /// global norm, which is inf or NaN exactly when an element is) and one of a flag over every
+  /// rank (leaves on meshes a rank is not in). Collective over every rank of the job.
+  template <Tree G>
+  bool unscale(G& grads) {
+    const double norm = global_norm(grads);  // the sum of squares in double: a float's square never overflows it
+    const std::vector<int64_t> flags = Runtime::current().world().host().all_gather_host({std::isfinite(norm) ? 0 : 1});
+    bool finite = true;
+    for (int64_t f : flags) finite = finite && f == 0;
+    const double taken_at = scale_;
+    if (!finite) {
+      scale_ = std::max(o_.min_scale, scale_ * o_.backoff_factor);
+      good_steps_ = 0;
+      ++skipped_;
+      norm_ = NAN;
+      return false;
+    }
+    if (++good_steps_ >= o_.growth_interval) {
+      const double grown = scale_ * o_.growth_factor;
+      if (std::isfinite(grown)) scale_ = grown;
+      good_steps_ = 0;
+    }
+    norm_ = norm / taken_at;
+    grads = tree_map(
+        [taken_at](const auto& g) {
+          using E = typename std::remove_cvref_t<decltype(g)>::value_type;
+          return g * static_cast<E>(1.0 / taken_at);
+        },
+        grads);
+    return true;
+  }
+
+  /// The global norm of the last gradients unscale() accepted, unscaled (NaN after a skipped step):
+  /// clip with it (clip_by_global_norm(grads, max, scaler.grad_norm())) without a second all-reduce.
+  /// On a rank outside some leaves' meshes it leaves those out, as global_norm does.
+  double grad_norm() const { return norm_; }
+  /// Steps skipped so far, and good steps since the scale last changed.
+  int64_t skipped() const { return skipped_; }
+  int64_t good_steps() const { return good_steps_; }
+
+ private:
+  LossScaleOptions o_;
+  double scale_;
+  int64_t good_steps_ = 0, skipped_ = 0;
+  double norm_ = NAN;
+};
+
+}  // namespace dax::optim
