@@ -9,7 +9,10 @@
 // back (the order flipping every round) on the slowest rank; the ratio ceiling time / dax time is
 // taken per round and its median reported (goal >= 0.9 at 2 ranks, N = 2048, double).
 //
-//   mpirun -np 2 ./matmul_bench [N=2048] [rounds=5] [double|float] [--json FILE]
+// bfloat16 runs the same cases against float32's ceiling: dax converts tiles of the operands to
+// float for the product (docs/performance.md), so the ratio is what 16-bit storage costs here.
+//
+//   mpirun -np 2 ./matmul_bench [N=2048] [rounds=5] [double|float|bfloat16] [--json FILE]
 #include <dax/dax.hpp>
 
 #include <Eigen/Dense>
@@ -23,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -63,8 +67,10 @@ std::vector<Row> run(int64_t n_size, int rounds) {
     cases.push_back({"2-d: P('x') @ P(None,'y')", grid, P("x", none), P(none, "y"), std::nullopt});
   }
 
-  // The ceiling's operands: this rank's share of the arithmetic, (N/n, N) @ (N, N).
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // The ceiling's operands: this rank's share of the arithmetic, (N/n, N) @ (N, N); for a 16-bit
+  // type, in float32 (the figure: bfloat16 against float32 on the same machine).
+  using C = std::conditional_t<dax::detail::is_float16_v<T>, float, T>;
+  using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t share = (n_size + n - 1) / n;
   const Mat la = Mat::Random(share, n_size), lb = Mat::Random(n_size, n_size);
   Mat lc(share, n_size);
@@ -119,8 +125,11 @@ int main(int argc, char** argv) {
   const int64_t n_size = args.size() > 0 ? std::atoll(args[0].c_str()) : 2048;
   const int rounds = args.size() > 1 ? std::atoi(args[1].c_str()) : 5;
   const std::string type = args.size() > 2 ? args[2] : "double";
-  DAX_CHECK(type == "double" || type == "float", "matmul_bench: element type must be double or float, got ", type);
-  const std::vector<Row> rows = type == "double" ? run<double>(n_size, rounds) : run<float>(n_size, rounds);
+  DAX_CHECK(type == "double" || type == "float" || type == "bfloat16",
+            "matmul_bench: element type must be double, float or bfloat16, got ", type);
+  const std::vector<Row> rows = type == "double"  ? run<double>(n_size, rounds)
+                                : type == "float" ? run<float>(n_size, rounds)
+                                                  : run<dax::bfloat16>(n_size, rounds);
 
   if (rt.rank() != 0) return 0;
   const dax::BlasInfo blas = dax::blas_info();

@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -38,8 +39,8 @@ void blas_gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int m, 
 /// product is the same Eigen expression: one Eigen GEMM per element type rather than one per pair
 /// of flags, each with its own packing, GEMV and small-size paths (70 KB of code and 2 s of every
 /// header-only build, docs/building.md), for a copy of O(m k) beside O(m n k) work. The 16-bit
-/// types multiply and accumulate in float (float's product, or BLAS) and round once, as cuBLAS
-/// does with float compute.
+/// types multiply and accumulate in float (float's product, or BLAS: Debian's OpenBLAS has no
+/// sbgemm) and round once, as cuBLAS does with float compute.
 template <class T>
 void gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int64_t m, int64_t k, int64_t n) {
   Eigen::Map<RowMajor<T>> cm(c, m, n);
@@ -56,24 +57,33 @@ void gemm(const T* a, bool trans_a, const T* b, bool trans_b, T* c, int64_t m, i
     }
   }
 #endif
-  using Compute = std::conditional_t<is_float16_v<T>, float, T>;
-  // An operand as the product reads it, (rows x cols) row-major: `data` itself when it is stored
-  // so and already of the compute type, else copied into `copy`.
-  const auto operand = [](const T* data, bool transposed, int64_t rows, int64_t cols, RowMajor<Compute>& copy) {
-    if (!transposed && std::is_same_v<T, Compute>) return reinterpret_cast<const Compute*>(data);
-    if (transposed) copy = Eigen::Map<const RowMajor<T>>(data, cols, rows).transpose().template cast<Compute>();
-    else copy = Eigen::Map<const RowMajor<T>>(data, rows, cols).template cast<Compute>();
-    return static_cast<const Compute*>(copy.data());
-  };
-  RowMajor<Compute> a_copy, b_copy;
-  const Compute* ap = operand(a, trans_a, m, k, a_copy);
-  const Compute* bp = operand(b, trans_b, k, n, b_copy);
   if constexpr (is_float16_v<T>) {
-    RowMajor<float> p(m, n);
-    gemm<float>(ap, false, bp, false, p.data(), m, k, n);
-    cm = p.template cast<T>();
+    // Converted to float a tile of the result at a time (both operands' rows and columns of the
+    // tile, then float's product, or BLAS), never a whole operand: float copies of at most
+    // (256 + 1024) x k + 256 x 1024 elements, A's rows converted once per 1024 columns of the
+    // result (n / 1024 times), beside the 2 m n k flops of the product.
+    constexpr int64_t tile_rows = 256, tile_cols = 1024;
+    RowMajor<float> at, bt, ct;
+    for (int64_t j = 0; j < n; j += tile_cols) {
+      const int64_t nb = std::min(tile_cols, n - j);
+      if (trans_b) bt = Eigen::Map<const RowMajor<T>>(b, n, k).middleRows(j, nb).transpose().template cast<float>();
+      else bt = Eigen::Map<const RowMajor<T>>(b, k, n).middleCols(j, nb).template cast<float>();
+      for (int64_t i = 0; i < m; i += tile_rows) {
+        const int64_t mb = std::min(tile_rows, m - i);
+        if (trans_a) at = Eigen::Map<const RowMajor<T>>(a, k, m).middleCols(i, mb).transpose().template cast<float>();
+        else at = Eigen::Map<const RowMajor<T>>(a, m, k).middleRows(i, mb).template cast<float>();
+        ct.resize(mb, nb);
+        gemm<float>(at.data(), false, bt.data(), false, ct.data(), mb, k, nb);
+        cm.block(i, j, mb, nb) = ct.template cast<T>();
+      }
+    }
   } else {
-    cm.noalias() = Eigen::Map<const RowMajor<T>>(ap, m, k) * Eigen::Map<const RowMajor<T>>(bp, k, n);
+    // A transposed operand copied row-major, so that the product is the same expression.
+    RowMajor<T> a_copy, b_copy;
+    if (trans_a) a_copy = Eigen::Map<const RowMajor<T>>(a, k, m).transpose();
+    if (trans_b) b_copy = Eigen::Map<const RowMajor<T>>(b, n, k).transpose();
+    cm.noalias() = Eigen::Map<const RowMajor<T>>(trans_a ? a_copy.data() : a, m, k) *
+                   Eigen::Map<const RowMajor<T>>(trans_b ? b_copy.data() : b, k, n);
   }
 }
 
