@@ -360,7 +360,9 @@ TEST_CASE("profile writes a Chrome trace of every op and collective", "[jax][pro
 
   // Read the trace back as JSON with Python; per rank: ops, collectives, collective bytes, ops whose
   // comm_bytes differ from the collectives inside their time span, events that break the format,
-  // and the op names.
+  // collectives whose group size or bandwidths are not nccl-tests' (bus = received bytes / time,
+  // algorithm = bus / the factor of their kind: 2(n-1)/n all-reduce, (n-1)/n gathers, scatters and
+  // all-to-alls), and the op names.
   const std::string script =
       "import json,sys\n"
       "t=json.load(open(sys.argv[1]))\n"
@@ -382,12 +384,19 @@ TEST_CASE("profile writes a Chrome trace of every op and collective", "[jax][pro
       "    s=ns(o['ts']); f=s+ns(o['dur'])\n"
       "    inside=sum(c['args']['bytes'] for c in cs if ns(c['ts'])>=s and ns(c['ts'])+ns(c['dur'])<=f)\n"
       "    wrong += 0 if inside==o['args']['comm_bytes'] else 1\n"
+      "  N=int(sys.argv[2]); badbw=0\n"
+      "  close=lambda x,y: abs(x-y)<=0.02*max(abs(x),abs(y))+2e-6\n"
+      "  for c in cs:\n"
+      "    a=c['args']; k=a['kind']; n=a['group_size']\n"
+      "    f=2*(n-1)/n if k=='all_reduce' else (n-1)/n if k in ('all_gather','reduce_scatter','all_to_all','all_to_allv','general_exchange') else 1\n"
+      "    bus=a['bytes']/(c['dur']*1e-6)/1e9 if c['dur']>0 else 0\n"
+      "    badbw += 0 if n==N and close(a['busbw_GBps'],bus) and close(a['algbw_GBps']*f,a['busbw_GBps']) else 1\n"
       "  ok = ('rank %d' % pid) in names\n"
-      "  print(pid, len(ops), len(cs), sum(c['args']['bytes'] for c in cs), wrong, bad_format, int(ok),\n"
+      "  print(pid, len(ops), len(cs), sum(c['args']['bytes'] for c in cs), wrong, bad_format, int(ok), badbw,\n"
       "        ','.join(sorted(set(o['name'] for o in ops))))\n";
   const std::string script_path = path + ".py";
   std::ofstream(script_path) << script;
-  FILE* pipe = popen(("/usr/bin/python3 " + script_path + " " + path).c_str(), "r");
+  FILE* pipe = popen(("/usr/bin/python3 " + script_path + " " + path + " " + std::to_string(n)).c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string text;
   char chunk[4096];
@@ -396,16 +405,18 @@ TEST_CASE("profile writes a Chrome trace of every op and collective", "[jax][pro
   INFO(text);
   std::istringstream lines(text);
   int seen = 0;
-  int pid = 0, ops = 0, collectives = 0, wrong = 0, bad_format = 0, named = 0;
+  int pid = 0, ops = 0, collectives = 0, wrong = 0, bad_format = 0, named = 0, bad_bandwidth = 0;
   long long collective_bytes = 0;
   std::string op_names;
-  while (lines >> pid >> ops >> collectives >> collective_bytes >> wrong >> bad_format >> named >> op_names) {
+  while (lines >> pid >> ops >> collectives >> collective_bytes >> wrong >> bad_format >> named >> bad_bandwidth >>
+         op_names) {
     CHECK(pid == seen);
     CHECK(collective_bytes == bytes[pid]);  // the trace's collectives are what comm_stats counted
     CHECK(collectives == calls[pid]);
     CHECK(wrong == 0);
     CHECK(bad_format == 0);
     CHECK(named == 1);
+    CHECK(bad_bandwidth == 0);
     CHECK(ops >= 6);
     for (const char* name : {"create", "matmul", "tanh", "sum", "reshard"})
       CHECK(("," + op_names + ",").find(std::string(",") + name + ",") != std::string::npos);

@@ -16,6 +16,7 @@
 
 #include <dax/backend/device_ops.hpp>
 #include <dax/backend/memory_stats.hpp>
+#include <dax/comm/bus_bandwidth.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/comm/in_flight.hpp>
 #include <dax/core/dtype.hpp>
@@ -124,8 +125,10 @@ inline int64_t collective_start() {
 }
 
 /// Counts a finished collective in comm_stats() and, while a profile runs, adds it to the trace
-/// and to the comm bytes of every op open around it (`started`: collective_start()'s value).
-DAX_OUTLINE void count_collective(const std::string& kind, const std::string& axes, int64_t bytes, int64_t started)
+/// (with its group size and nccl-tests' algorithm and bus bandwidths) and to the comm bytes of
+/// every op open around it (`started`: collective_start()'s value; `bytes`: received here).
+DAX_OUTLINE void count_collective(const std::string& kind, const std::string& axes, int64_t bytes, int64_t started,
+                                  int group_size)
 #if DAX_HEADER_DEFINITIONS
 {
   comm_stats().record(kind, axes, bytes);
@@ -138,7 +141,13 @@ DAX_OUTLINE void count_collective(const std::string& kind, const std::string& ax
   e.args = {{"kind", json_string(kind)},
             {"mesh_axes", json_string(axes)},
             {"bytes", std::to_string(bytes)},
-            {"op", json_string(log->open.empty() ? "" : log->open.back().name)}};
+            {"op", json_string(log->open.empty() ? "" : log->open.back().name)},
+            {"group_size", std::to_string(group_size)}};
+  // GB/s (1e9 bytes a second), as nccl-tests prints them; 0 for a collective too short to time.
+  const double seconds = double(now - started) * 1e-9, factor = bus_bandwidth_factor(kind, group_size);
+  const double bus = seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0;
+  e.args.emplace_back("busbw_GBps", cat(bus));  // 6 significant digits, for a scalar's all-reduce too
+  e.args.emplace_back("algbw_GBps", cat(factor > 0 ? bus / factor : 0.0));
   log->events.push_back(std::move(e));
 }
 #else

@@ -180,7 +180,8 @@ std::shared_ptr<Buffer> finish_step(const StepProgram& p, StepInFlight& f) {
       dev::copy_region(recv + p.recv_displs[j], ex.recv[j], dst, ex.to_block, ex.recv[j],
                        ex.reduce ? CopyMode::add : CopyMode::assign);
   }
-  count_collective(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)), f.started);
+  count_collective(to_string(p.kind), p.axes_text, p.received * static_cast<int64_t>(sizeof(T)), f.started,
+                   p.comm != nullptr ? p.comm->size() : 1);
   return std::move(f.out);
 }
 

@@ -128,7 +128,7 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
     Communicator& comm = g.comm();
     const int64_t started = collective_start();
     comm.all_reduce(x.local_data().data(), reduced->data(), x.size(), dtype_v<T>, op);
-    count_collective("all_reduce", g.text(), all_reduce_received(x.size(), g.size) * int64_t(sizeof(T)), started);
+    count_collective("all_reduce", g.text(), all_reduce_received(x.size(), g.size) * int64_t(sizeof(T)), started, g.size);
     out = local_block<T>(g, x.shape(), std::move(reduced));
   }
   // psum's transpose is the identity (its output is invariant over the axes, and so is its
@@ -207,7 +207,7 @@ DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 
       for (int64_t j = 0; j < n; ++j) displs[j] = j * x.size();
       const int64_t started = detail::collective_start();
       g.comm().all_gatherv(x.local_data().data(), buffer->data(), counts, displs, dtype_v<T>);
-      detail::count_collective("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)), started);
+      detail::count_collective("all_gather", g.text(), (n - 1) * x.size() * int64_t(sizeof(T)), started, g.size);
     }
     const DistArray<T> moved = detail::move_dim(detail::local_block<T>(g, stacked, std::move(buffer)), 0, dim);
     return tiled ? detail::merge_dims(moved, dim) : moved;
@@ -239,7 +239,7 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
       const int64_t started = detail::collective_start();
       g.comm().reduce_scatter(parts.local_data().data(), piece->data(), std::vector<int64_t>(n, count), dtype_v<T>,
                               detail::ReduceOp::sum);
-      detail::count_collective("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)), started);
+      detail::count_collective("reduce_scatter", g.text(), (n - 1) * count * int64_t(sizeof(T)), started, g.size);
     }
     return detail::local_block<T>(g, std::move(out_shape), std::move(piece));
   });
@@ -274,7 +274,7 @@ DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_
       for (int64_t j = 0; j < n; ++j) displs[j] = j * count;
       const int64_t started = detail::collective_start();
       g.comm().all_to_allv(parts.local_data().data(), counts, displs, received->data(), counts, displs, dtype_v<T>);
-      detail::count_collective("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)), started);
+      detail::count_collective("all_to_all", g.text(), (n - 1) * count * int64_t(sizeof(T)), started, g.size);
     }
     const DistArray<T> moved =
         detail::move_dim(detail::local_block<T>(g, parts.shape(), std::move(received)), 0, concat);
@@ -346,7 +346,7 @@ DistArray<T> all_to_allv(const DistArray<T>& x, const AxisNames& axes, const std
       const int64_t started = detail::collective_start();
       g.comm().all_to_allv(x.local_data().data(), sc, sd, piece->data(), rc, rd, dtype_v<T>);
       const int64_t from_others = (received - recv_counts[size_t(g.index)]) * row;
-      detail::count_collective("all_to_allv", g.text(), from_others * int64_t(sizeof(T)), started);
+      detail::count_collective("all_to_allv", g.text(), from_others * int64_t(sizeof(T)), started, g.size);
     }
     return detail::local_block<T>(g, std::move(out_shape), std::move(piece));
   });
@@ -384,7 +384,7 @@ DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::v
       const int peer_to = to == g.index ? -1 : to, peer_from = from == g.index ? -1 : from;
       const int64_t started = detail::collective_start();
       g.comm().send_recv(x.local_data().data(), peer_to, o, peer_from, x.size(), dtype_v<T>);
-      if (peer_from >= 0) detail::count_collective("ppermute", g.text(), x.size() * int64_t(sizeof(T)), started);
+      if (peer_from >= 0) detail::count_collective("ppermute", g.text(), x.size() * int64_t(sizeof(T)), started, g.size);
     }
     return detail::local_block<T>(g, x.shape(), std::move(piece));
   });

@@ -87,7 +87,7 @@ DistArray<int64_t> arg_reduce(const DistArray<T>& x, int axis, bool keepdims, Be
   const std::vector<int64_t> all = comm.all_gather_host(mine);
   const int members = comm.size();
   count_collective("all_gather", axes_text(rule.partial.mesh(), rule.axes),
-                   int64_t(mine.size() * sizeof(int64_t)) * (members - 1), started);
+                   int64_t(mine.size() * sizeof(int64_t)) * (members - 1), started, members);
   auto buffer = dev::allocate(outer * inner * sizeof(int64_t));
   const size_t stride = mine.size();
   dev::write_from_host(static_cast<int64_t*>(buffer->data()), outer * inner, [&](int64_t* out) {

@@ -88,7 +88,7 @@ void all_gather_matmul_ring(Communicator& group, const std::string& axes, const 
     auto pending = group.start_send_recv(current, left, next, right, block, dtype_v<T>);
     gemm_in_row_tiles(current, rows.size(), k, b, b_shape, b_swapped, out + rows.start * n, pending.get());
     pending->wait();
-    count_collective("ppermute", axes, block * static_cast<int64_t>(sizeof(T)), started);
+    count_collective("ppermute", axes, block * static_cast<int64_t>(sizeof(T)), started, p);
     current = next;
   }
 }
@@ -124,7 +124,7 @@ void matmul_reduce_scatter_ring(Communicator& group, const std::string& axes, co
     T* into = last ? out : data_of<T>(mine);
     const int64_t valid = partial((i + s + 1) % p, into, pending.get());
     pending->wait();
-    count_collective("ppermute", axes, block * static_cast<int64_t>(sizeof(T)), started);
+    count_collective("ppermute", axes, block * static_cast<int64_t>(sizeof(T)), started, p);
     add_into(into, data_of<T>(arriving), valid);
     std::swap(acc, mine);  // the sum so far travels on next; the old accumulator takes new partials
   }

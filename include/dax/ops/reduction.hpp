@@ -79,7 +79,7 @@ DistArray<T> reduce(const DistArray<T>& x, const std::vector<int>& dims, bool ke
     const int64_t started = collective_start();
     comm.all_reduce(nullptr, out, count, dtype_v<T>, kind);
     count_collective("all_reduce", axes_text(rule.partial.mesh(), rule.axes),
-                     all_reduce_received(count, comm.size()) * int64_t(sizeof(T)), started);
+                     all_reduce_received(count, comm.size()) * int64_t(sizeof(T)), started, comm.size());
   }
   return DistArray<T>(rule.out_shape, rule.partial, std::move(buffer));
 }

@@ -444,7 +444,7 @@ class Pipeline {
     r.payload_received->wait();
     auto piece = std::move(r.piece);
     // In comm_stats as the bytes this device received over the stage axis, as for any collective.
-    ::dax::detail::count_collective("send_recv", "('" + axis_ + "',)", count * int64_t(sizeof(T)), started);
+    ::dax::detail::count_collective("send_recv", "('" + axis_ + "',)", count * int64_t(sizeof(T)), started, 2);
     return DistArray<T>(shape, sharding, std::move(piece));
   }
 
