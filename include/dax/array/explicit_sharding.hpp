@@ -37,7 +37,7 @@ struct ImplicitReshard {
   DType dtype;
   NamedSharding from, to;
   int64_t bytes = 0;  // received per device (the most any device receives), as the planner counts
-  std::string plan;   // the planner's steps, as dax::explain_reshard prints them
+  std::string plan;   // the planner's steps, as dax::explain(x, target) prints them
 };
 
 /// While alive, ops on this thread move no input implicitly. `raise` (the default): such a move
