@@ -66,6 +66,17 @@ TEST_CASE("loss scale: halve and skip on an inf or a NaN anywhere, grow after th
     CHECK(host(grads[1])[0] == v[0]);  // left as they were
   }
   CHECK(scaler.skipped() == 3);
+  // Its state goes through a tree (save_tree / load_tree) into a fresh scaler, as a resumed run's.
+  const dax::optim::LossScaleState state = scaler.state();
+  CHECK(dax::tree_size(state) == 3);
+  DynamicLossScale resumed({.initial = 1024, .growth_interval = 3});
+  resumed.set_state(state);
+  CHECK(resumed.scale() == scaler.scale());
+  CHECK(resumed.skipped() == 3);
+  CHECK(resumed.good_steps() == scaler.good_steps());
+  const dax::optim::LossScaleState zero{dax::zeros<double>({}, state.scale.sharding()), state.good_steps, state.skipped};
+  CHECK(error_of([&] { resumed.set_state(zero); }) ==
+        "DynamicLossScale.set_state: the scale must be a finite number >= min_scale = 1, got 0");
   SECTION("the scale stops at min_scale; bad options are errors") {
     DynamicLossScale small({.initial = 4, .min_scale = 2});
     std::vector<float> v = finite;

@@ -18,7 +18,9 @@
 
 #include <dax/autodiff/tree.hpp>
 #include <dax/core/error.hpp>
+#include <dax/array/creation.hpp>
 #include <dax/optim/clip.hpp>
+#include <dax/optim/leaf_update.hpp>
 #include <dax/runtime/runtime.hpp>
 
 namespace dax::optim {
@@ -30,6 +32,21 @@ struct LossScaleOptions {
   int64_t growth_interval = 2000;
   double min_scale = 1.0;  // S never falls below it (jmp's min_loss_scale)
 };
+
+/// DynamicLossScale's state as a tree, to save with save_tree beside the optimizer's (GradScaler's
+/// state_dict): the scale, the good steps since it last changed and the steps skipped, each a
+/// scalar on a mesh of every rank.
+struct LossScaleState {
+  DistArray<double> scale;
+  DistArray<int64_t> good_steps;
+  DistArray<int64_t> skipped;
+};
+
+inline auto dax_tree_fields(const LossScaleState*) {
+  using S = LossScaleState;
+  return std::make_tuple(tree_field("scale", &S::scale), tree_field("good_steps", &S::good_steps),
+                         tree_field("skipped", &S::skipped));
+}
 
 class DynamicLossScale {
  public:
@@ -92,6 +109,25 @@ class DynamicLossScale {
   /// clip with it (clip_by_global_norm(grads, max, scaler.grad_norm())) without a second all-reduce.
   /// On a rank outside some leaves' meshes it leaves those out, as global_norm does.
   double grad_norm() const { return norm_; }
+  /// The state as a tree; set_state restores one (from load_tree, say), so that a resumed run goes
+  /// on at the scale it had. Both collective.
+  LossScaleState state() const {
+    const NamedSharding everywhere = detail::counter_sharding();
+    return {full<double>({}, scale_, everywhere), detail::counter_array(good_steps_, everywhere),
+            detail::counter_array(skipped_, everywhere)};
+  }
+  void set_state(const LossScaleState& state) {
+    const int64_t good = detail::counter_value("DynamicLossScale.set_state", state.good_steps);
+    const int64_t skipped = detail::counter_value("DynamicLossScale.set_state", state.skipped);
+    DAX_CHECK(state.scale.shape().empty(), "DynamicLossScale.set_state: the scale must be a scalar, got shape ",
+              to_string(state.scale.shape()));
+    const double scale = state.scale.to_host()[0];
+    DAX_CHECK(std::isfinite(scale) && scale >= o_.min_scale,
+              "DynamicLossScale.set_state: the scale must be a finite number >= min_scale = ", o_.min_scale, ", got ",
+              scale);
+    scale_ = scale, good_steps_ = good, skipped_ = skipped;
+  }
+
   /// Steps skipped so far, and good steps since the scale last changed.
   int64_t skipped() const { return skipped_; }
   int64_t good_steps() const { return good_steps_; }
