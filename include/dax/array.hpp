@@ -25,6 +25,7 @@
 #include <dax/debug/explain.hpp>
 #include <dax/debug/visualize.hpp>
 #include <dax/debug/profile.hpp>
+#include <dax/debug/simulate.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/matmul.hpp>

@@ -13,12 +13,13 @@
 
 namespace dax {
 
-enum class Backend { cpu, cuda };
+/// `meta`: simulated devices whose buffers hold no data (dax::MetaDevices, runtime/runtime.hpp).
+enum class Backend { cpu, cuda, meta };
 
-inline std::string to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+inline std::string to_string(Backend b) { return b == Backend::cpu ? "cpu" : b == Backend::cuda ? "cuda" : "meta"; }
 
 /// The name visualize_sharding prints for the backend's devices.
-inline std::string platform_name(Backend b) { return b == Backend::cpu ? "CPU" : "GPU"; }
+inline std::string platform_name(Backend b) { return b == Backend::cpu ? "CPU" : b == Backend::cuda ? "GPU" : "META"; }
 
 namespace detail {
 

@@ -23,6 +23,7 @@
 #include <dax/backend/cpu/memory.hpp>
 #include <dax/backend/cpu/reduce.hpp>
 #include <dax/backend/cpu/transpose.hpp>
+#include <dax/backend/meta/memory.hpp>
 #include <dax/core/macros.hpp>
 #if DAX_CUDA_BACKEND
 #include <dax/backend/cuda/backend.cuh>
@@ -39,20 +40,40 @@ inline bool on_gpu() {
 #endif
 }
 
+/// Whether the live runtime is a meta one (simulated devices: buffers without data, kernels
+/// counted and skipped; backend/meta/memory.hpp).
+inline bool on_meta() { return active_backend() == Backend::meta; }
+
+// Every kernel below returns at once on the meta backend; otherwise it runs on CUDA or the CPU.
+#define DAX_SKIP_ON_META()              \
+  if (on_meta()) {                      \
+    ++meta::kernel_counts().kernels;    \
+    return;                             \
+  }
 #if DAX_CUDA_BACKEND
 #define DAX_DISPATCH(call) \
+  DAX_SKIP_ON_META()       \
   if (on_gpu()) return cuda::call; \
   return cpu::call
 #else
-#define DAX_DISPATCH(call) return cpu::call
+#define DAX_DISPATCH(call) \
+  DAX_SKIP_ON_META()       \
+  return cpu::call
 #endif
 
 /// A block of the backend's memory (device memory on CUDA), from its caching allocator.
-inline std::shared_ptr<Buffer> allocate(size_t bytes) { DAX_DISPATCH(allocate(bytes)); }
+inline std::shared_ptr<Buffer> allocate(size_t bytes) {
+  if (on_meta()) return meta::allocate(bytes);
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) return cuda::allocate(bytes);
+#endif
+  return cpu::allocate(bytes);
+}
 
 /// A block as allocate's that the node's other processes may also write into (a strided exchange's
 /// receive piece; host memory only: on a GPU, an ordinary device block).
 inline std::shared_ptr<Buffer> allocate_for_peers(size_t bytes) {
+  if (on_meta()) return meta::allocate(bytes);
 #if DAX_CUDA_BACKEND
   if (on_gpu()) return cuda::allocate(bytes);
 #endif
@@ -105,6 +126,7 @@ void generate(T* data, const Shape& shape, const Box& index, F f) {
 template <class T>
 void batched_gemm(const T* a, const Shape& a_shape, const T* b, const Shape& b_shape, T* c, const Shape& c_shape,
                   bool trans_a = false, bool trans_b = false) {
+  if (on_meta()) meta::kernel_counts().gemm_flops += 2.0 * double(numel(c_shape)) * double(a_shape.back());
   DAX_DISPATCH(batched_gemm(a, a_shape, b, b_shape, c, c_shape, trans_a, trans_b));
 }
 
@@ -124,9 +146,14 @@ void scatter_add_rows(const T* g, int64_t outer, int64_t count, int64_t inner, c
 }
 
 #undef DAX_DISPATCH
+#undef DAX_SKIP_ON_META
 
 /// Copies `bytes` from the backend's memory to the host; returns once the host can read them.
 inline void to_host(void* host, const void* src, size_t bytes) {
+  if (on_meta()) {  // a buffer without data reads as zeros
+    if (bytes) std::memset(host, 0, bytes);
+    return;
+  }
 #if DAX_CUDA_BACKEND
   if (on_gpu()) return cuda::copy_to_host(host, src, bytes);
 #endif
@@ -135,6 +162,7 @@ inline void to_host(void* host, const void* src, size_t bytes) {
 
 /// Copies `bytes` of host data into the backend's memory.
 inline void from_host(void* dst, const void* host, size_t bytes) {
+  if (on_meta()) return;
 #if DAX_CUDA_BACKEND
   if (on_gpu()) return cuda::copy_from_host(dst, host, bytes);
 #endif
@@ -143,6 +171,7 @@ inline void from_host(void* dst, const void* host, size_t bytes) {
 
 /// Copies `bytes` within the backend's memory.
 inline void copy(void* dst, const void* src, size_t bytes) {
+  if (on_meta()) return;
 #if DAX_CUDA_BACKEND
   if (on_gpu()) return cuda::copy_device(dst, src, bytes);
 #endif
@@ -153,6 +182,7 @@ inline void copy(void* dst, const void* src, size_t bytes) {
 /// memory): in place on CPU, through a host buffer and one upload on GPU.
 template <class T, class Write>
 void write_from_host(T* data, int64_t count, Write&& write) {
+  if (on_meta()) return;  // nothing to write into
   if (!on_gpu()) return write(data);
   const auto host = std::make_unique_for_overwrite<T[]>(count);
   write(host.get());

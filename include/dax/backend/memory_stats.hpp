@@ -2,7 +2,7 @@
 // counterpart of jax's Device.memory_stats() "bytes_in_use" / "peak_bytes_in_use"), counted by the
 // backend's caching allocator as buffers are handed out and given back. Every array piece and every
 // temporary a kernel or a reshard allocates is counted; host std::vectors and MPI's own buffers
-// are not.
+// are not. On the meta backend (simulated devices) the buffers hold no data but are counted the same.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct MemoryStats {
 namespace detail {
 
 inline AllocatorStats device_allocator_stats() {
+  if (dev::on_meta()) return meta::allocator()->stats();
 #if DAX_CUDA_BACKEND
   if (dev::on_gpu()) return cuda::device_allocator()->stats();
 #endif
@@ -39,6 +40,7 @@ inline MemoryStats memory_stats() {
 
 /// Starts a new peak from the bytes in use now (torch.cuda.reset_peak_memory_stats).
 inline void reset_peak_memory() {
+  if (detail::dev::on_meta()) return detail::meta::allocator()->reset_peak();
 #if DAX_CUDA_BACKEND
   if (detail::dev::on_gpu()) return detail::cuda::device_allocator()->reset_peak();
 #endif

@@ -36,6 +36,7 @@ DistArray<double> sum_of_squares_share(const DistArray<T>& x) {
   auto buffer = dev::allocate(sizeof(double));
   double* out = static_cast<double*>(buffer->data());
   const int64_t n = counted ? r.local_size() : 0;
+  if (dev::on_meta()) return DistArray<double>({}, share, std::move(buffer));  // no data to square
   if (!dev::on_gpu()) {
     double sum = 0;
     const fn::SquareAs<double> square;

@@ -60,10 +60,24 @@ inline std::terminate_handler& previous_terminate() {
 [[noreturn]] DAX_OUTLINE void on_terminate();
 }  // namespace detail
 
+/// A simulated world for the meta backend (PyTorch's device="meta"): `count` devices, of which
+/// this process plays `device`. A runtime made from it starts no MPI and touches no device: its
+/// arrays carry shapes and shardings but no data, every op runs its rules, planning and autodiff
+/// recording, kernels and collectives are counted and skipped, and dax::memory_stats /
+/// dax::comm_stats say what the device would hold and receive (debug/simulate.hpp reports it).
+/// It may be created while an ordinary runtime is alive: it stands in for that one until it is
+/// destroyed. Values read back (to_host) are zeros.
+struct MetaDevices {
+  int count = 1;
+  int device = 0;
+};
+
 class Runtime {
  public:
   Runtime() : Runtime(nullptr, nullptr) {}
   Runtime(int& argc, char**& argv) : Runtime(&argc, &argv) {}
+  /// A meta runtime: `devices.count` simulated devices, this process being `devices.device`.
+  explicit Runtime(MetaDevices devices);
 
   ~Runtime();
 
@@ -140,6 +154,9 @@ class Runtime {
 
   std::vector<int> members_of(const Mesh& mesh, const std::vector<int>& axes) const;
 
+  /// A new generation number, for every runtime the process creates.
+  static uint64_t next_generation();
+
   bool owns_mpi_ = false;
   bool left_ = false;
   bool previous_terminate_set_ = false;
@@ -151,6 +168,9 @@ class Runtime {
   std::unique_ptr<detail::Watchdog> watchdog_;  // declared first: outlives the communicators using it
   std::unique_ptr<detail::CallBoard> board_;     // likewise
   std::unique_ptr<detail::MpiCommunicator> world_;
+  std::unique_ptr<detail::Communicator> meta_world_;  // a meta runtime's world (world_ is then empty)
+  Runtime* outer_ = nullptr;                          // the runtime a meta one stands in for
+  Backend outer_backend_ = Backend::cpu;
   detail::GroupTable<std::unique_ptr<detail::Communicator>> groups_;
   std::vector<std::function<void()>> shutdown_hooks_;
 };

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <dax/backend/meta/memory.hpp>
+#include <dax/comm/meta_communicator.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/runtime/runtime.hpp>
 
@@ -94,12 +96,43 @@ DAX_OUTLINE Runtime::Runtime(int* argc, char*** argv) {
 #endif
   detail::active_backend() = backend_;
   detail::set_default_blas_threads();
+  generation_ = next_generation();
+  detail::current_runtime() = this;
+}
+
+DAX_OUTLINE uint64_t Runtime::next_generation() {
   static uint64_t created = 0;
-  generation_ = ++created;
+  return ++created;
+}
+
+DAX_OUTLINE Runtime::Runtime(MetaDevices devices) {
+  DAX_CHECK(devices.count >= 1 && devices.device >= 0 && devices.device < devices.count,
+            "dax::MetaDevices: expected count >= 1 and 0 <= device < count, got count ", devices.count,
+            " and device ", devices.device);
+  outer_ = detail::current_runtime();
+  DAX_CHECK(outer_ == nullptr || outer_->backend_ != Backend::meta,
+            "dax: a meta runtime is already alive; simulate one world at a time");
+  rank_ = devices.device;
+  size_ = devices.count;
+  backend_ = Backend::meta;
+  meta_world_ = std::make_unique<detail::MetaCommunicator>("world", size_, rank_);
+  outer_backend_ = detail::active_backend();
+  detail::active_backend() = Backend::meta;
+  detail::meta::reset_allocator();
+  detail::meta::kernel_counts() = {};
+  generation_ = next_generation();
   detail::current_runtime() = this;
 }
 
 DAX_OUTLINE Runtime::~Runtime() {
+  if (backend_ == Backend::meta) {  // nothing to shut down: give the world back to the outer runtime
+    detail::finish_in_flight();
+    for (auto& hook : shutdown_hooks_) hook();
+    groups_.clear();
+    detail::active_backend() = outer_backend_;
+    detail::current_runtime() = outer_;
+    return;
+  }
   leave("returned from main: its dax::Runtime was destroyed");
   detail::finish_in_flight();  // before the communicators and plans those calls use go
   for (auto& hook : shutdown_hooks_) hook();
@@ -141,13 +174,18 @@ DAX_OUTLINE detail::Communicator& Runtime::group(const Mesh& mesh, const std::ve
   if (auto* found = groups_.find(mesh, axes)) return **found;
   check_mesh(mesh);
   std::vector<int> members = members_of(mesh, axes);
+  std::string name = "(";
+  for (size_t i = 0; i < axes.size(); ++i) name += (i ? ", '" : "'") + mesh.axis_names()[axes[i]] + "'";
+  name += axes.size() == 1 ? ",)" : ")";
+  if (backend_ == Backend::meta) {
+    const int position = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    return *groups_.insert(mesh, axes, std::make_unique<detail::MetaCommunicator>(std::move(name),
+                                                                                 static_cast<int>(members.size()), position));
+  }
   MPI_Group world_group = MPI_GROUP_NULL, sub_group = MPI_GROUP_NULL;
   detail::mpi_check(MPI_Comm_group(world_->native(), &world_group), "MPI_Comm_group");
   detail::mpi_check(MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &sub_group),
                     "MPI_Group_incl");
-  std::string name = "(";
-  for (size_t i = 0; i < axes.size(); ++i) name += (i ? ", '" : "'") + mesh.axis_names()[axes[i]] + "'";
-  name += axes.size() == 1 ? ",)" : ")";
   MPI_Comm comm = MPI_COMM_NULL;
   int rc = MPI_SUCCESS;
   {
@@ -197,7 +235,7 @@ DAX_OUTLINE std::string Runtime::poll_creation(const void* p, double armed_s) {
 }
 
 DAX_OUTLINE void Runtime::leave(const char* how) {
-  if (left_ || size_ == 1) return;
+  if (left_ || size_ == 1 || backend_ == Backend::meta) return;
   left_ = true;
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -238,6 +276,9 @@ DAX_OUTLINE std::vector<int> Runtime::members_of(const Mesh& mesh, const std::ve
             " and cannot take part in its collectives");
   return detail::group_members(mesh, axes, rank_);
 }
-DAX_OUTLINE detail::Communicator& Runtime::world() { return *world_; }
+DAX_OUTLINE detail::Communicator& Runtime::world() {
+  if (meta_world_) return *meta_world_;
+  return *world_;
+}
 
 }  // namespace dax

@@ -1,0 +1,139 @@
+// The meta backend (issue 43, parts 1-4): a training step run on simulated devices (dax::simulate,
+// dax::MetaDevices) reports, for the device it plays, exactly the collectives and bytes the real
+// step receives on that rank and the same peak memory, at every world size the suite runs; the
+// same step plans on 16,384 simulated devices in one process; bad worlds are errors.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <map>
+
+#include "helpers.hpp"
+
+using dax::DistArray;
+using dax::Mesh;
+using dax::NamedSharding;
+using dax::P;
+using dax::Shape;
+using dax::test::error_of;
+using dax::test::world_size;
+
+namespace {
+
+struct Sizes {
+  int64_t batch, in, hidden, out;
+};
+
+struct Trained {
+  std::vector<DistArray<float>> params;
+  dax::optim::AdamWState<std::vector<DistArray<float>>> state;
+};
+
+/// A two-layer MLP's training step, Megatron-split over ('data', 'model'): built, differentiated
+/// and updated with AdamW inside, as a user's step would be. Returns the parameters and the
+/// optimizer's state, so what they hold is still counted when the step returns.
+Trained train_step(const Mesh& mesh, Sizes s) {
+  const auto k = dax::random::split(dax::random::key(7), 4);
+  const auto x = dax::random::normal<float>(k[0], {s.batch, s.in}, NamedSharding(mesh, P("data")));
+  const auto y = dax::random::normal<float>(k[1], {s.batch, s.out}, NamedSharding(mesh, P("data")));
+  std::vector<DistArray<float>> params{
+      dax::random::normal<float>(k[2], {s.in, s.hidden}, NamedSharding(mesh, P(dax::none, "model")), 0.f, 0.3f),
+      dax::random::normal<float>(k[3], {s.hidden, s.out}, NamedSharding(mesh, P("model")), 0.f, 0.3f)};
+  dax::optim::AdamW opt(params, {.lr = 1e-2f});
+  const auto loss = [&](const std::vector<DistArray<float>>& p) {
+    return dax::mean(dax::square(dax::matmul(dax::tanh(dax::matmul(x, p[0])), p[1]) - y));
+  };
+  for (int step = 0; step < 2; ++step) {
+    auto [value, grads] = dax::value_and_grad(loss)(params);
+    opt.step(params, grads);
+  }
+  return {params, opt.state()};
+}
+
+Mesh world_mesh(int n) {
+  const int model = n % 2 == 0 && n >= 4 ? 2 : 1;
+  return Mesh({n / model, model}, {"data", "model"});
+}
+
+std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> counts(const dax::CommStats& stats) {
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> out;
+  for (const auto& [key, c] : stats.entries()) out[key] = {c.calls, c.bytes};
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("meta: a simulated step receives the bytes the real one does, and holds the same memory", "[meta]") {
+  const int n = world_size();
+  const Sizes sizes{12, 6, 10, 5};  // uneven over every mesh of 1-8 devices
+  // The real step on this rank.
+  dax::comm_stats().reset();
+  const int64_t before = dax::memory_stats().bytes_in_use;
+  dax::reset_peak_memory();
+  int64_t real_final = 0;
+  {
+    const auto kept = train_step(world_mesh(n), sizes);
+    real_final = dax::memory_stats().bytes_in_use - before;
+  }
+  const int64_t real_peak = dax::memory_stats().peak_bytes_in_use - before;
+  const auto real = counts(dax::comm_stats());
+  REQUIRE(!real.empty() == (n > 1));
+  // The same step on n simulated devices, this process playing this rank's device.
+  dax::comm_stats().reset();
+  const int rank = dax::Runtime::current().rank();
+  const dax::SimulationReport report =
+      dax::simulate({.count = n, .device = rank}, [&] { return train_step(world_mesh(n), sizes); });
+  CHECK(dax::Runtime::current().backend() == dax::Backend::cpu);  // the real runtime is back
+  CHECK(dax::comm_stats().total_calls() == 0);                    // and its counters untouched
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> simulated;
+  for (const auto& c : report.collectives) simulated[{c.kind, c.axes}] = {c.calls, c.bytes};
+  CHECK(simulated == real);
+  CHECK(report.peak_bytes == real_peak);
+  CHECK(report.final_bytes == real_final);
+  CHECK(report.devices == n);
+  CHECK(report.device == rank);
+  // Two steps of three products forward and (up to) six backward on this device's pieces.
+  CHECK(report.gemm_flops > 0);
+  CHECK(report.step_s() == Approx(report.communication_s() + report.compute_s()));
+  CHECK(report.json().find("\"devices\": " + std::to_string(n)) != std::string::npos);
+}
+
+TEST_CASE("meta: a step plans on 16,384 simulated devices in one process", "[meta]") {
+  const auto started = std::chrono::steady_clock::now();
+  const Sizes sizes{128 * 8, 64, 128 * 16, 32};
+  int64_t piece = -1;
+  const auto report = dax::simulate({.count = 16384, .device = 16383}, [&] {
+    const Mesh mesh({128, 128}, {"data", "model"});
+    const auto w = dax::zeros<float>({sizes.in, sizes.hidden}, NamedSharding(mesh, P(dax::none, "model")));
+    piece = dax::memory_stats().bytes_in_use;  // one column block: in x hidden / 128 floats
+    CHECK(dax::sum(w).to_host()[0] == 0.0f);  // values read back are zeros
+    return train_step(mesh, sizes);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(report.table() << "simulated in " << seconds << " s");
+  CHECK(piece == sizes.in * sizes.hidden / 128 * 4);
+  // Parameters and AdamW's two moments, this device's pieces: 3 x (in x hidden + hidden x out) / 128.
+  CHECK(report.final_bytes >= 3 * (sizes.in * sizes.hidden + sizes.hidden * sizes.out) / 128 * 4);
+  CHECK(report.peak_bytes > report.final_bytes);
+  CHECK(report.bytes_received() > 0);
+  bool model_all_reduce = false;  // the row-parallel product's partial sums over ('model',)
+  for (const auto& c : report.collectives) model_all_reduce |= c.axes == "('model',)";
+  CHECK(model_all_reduce);
+  CHECK(seconds < 30);
+}
+
+TEST_CASE("meta: a bad simulated world is an error on every rank", "[meta]") {
+  CHECK(error_of([] { dax::simulate({.count = 0}, [] {}); }) ==
+        "dax::MetaDevices: expected count >= 1 and 0 <= device < count, got count 0 and device 0");
+  CHECK(error_of([] { dax::simulate({.count = 4, .device = 4}, [] {}); }) ==
+        "dax::MetaDevices: expected count >= 1 and 0 <= device < count, got count 4 and device 4");
+  CHECK(error_of([] { dax::simulate({.count = 4}, [] { dax::simulate({.count = 2}, [] {}); }); }) ==
+        "dax: a meta runtime is already alive; simulate one world at a time");
+  CHECK(dax::Runtime::current().backend() == dax::Backend::cpu);
+  // A mesh larger than the simulated world, as for a real one.
+  CHECK(error_of([] {
+          dax::simulate({.count = 4}, [] {
+            const Mesh mesh({8}, {"x"});
+            (void)dax::sum(dax::ones<float>({8}, NamedSharding(mesh, P("x"))));
+          });
+        }).find("needs 8 devices") != std::string::npos);
+}
