@@ -13,12 +13,19 @@
 //   transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]
 //                  [--mesh data=X,model=Y] [--fsdp] [--sp]
 //                  [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1] [--microbatches M] [--virtual-stages V]]
+//                  [--simulate N [--device D]]
 // --pp N adds a 'stage' axis of N (mesh data x stage x model) and trains through dax::pipeline:
 // the layers cut into N * V chunks, the batch into M microbatches (default 2N), checked the same
 // way plus each stage's peak activations against the schedule and the stage transfers' bytes.
 // Without --mesh, an even N makes a (N/2, 2) mesh, an odd N an (N, 1) one. The bytes are checked
 // where the formulas apply (the data axis divides the batch); elsewhere the output says why not.
+// --simulate N plans one step on N simulated devices in this one process (dax::simulate, the meta
+// backend) and prints what device D (--device, default 0) would hold and receive, its bytes checked
+// against the same formulas: e.g. --simulate 16384 --mesh data=2048,model=8 --layers 32
+// --d-model 4096 --heads 32 --seq 2048 --batch 2048, a 7B-shaped model (docs/simulation.md).
 #include <dax/dax.hpp>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cctype>
@@ -115,10 +122,12 @@ struct Run {
   std::vector<dax::ImplicitReshard> implicit;  // the last step's forward: inputs ops moved on their own
   std::optional<lm::Model> params;  // after the last step
   double seconds = 0;
+  int64_t last_step_peak = 0;  // the most dax's buffers held during the last step, less what they held before training
 };
 
 /// Trains `steps` AdamW steps on `layout` and returns the loss of every step.
 Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text, int steps, bool print) {
+  const int64_t held_before = dax::memory_stats().bytes_in_use;
   lm::Model params = lm::init(c, layout, 7);
   dax::optim::AdamW opt(params, {.lr = dax::optim::warmup_cosine(3e-3, std::min(20, steps / 4), steps, 3e-4), .weight_decay = 0.01});
   auto loss_fn = [&](const lm::Model& p, const lm::Ids& ids, const lm::Ids& positions, const lm::Ids& labels) {
@@ -128,6 +137,7 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
   std::mt19937 gen(99);
   const auto start = std::chrono::steady_clock::now();
   for (int step = 1; step <= steps; ++step) {
+    if (step == steps) dax::reset_peak_memory();
     const Batch b = make_batch(text, c, gen);
     const dax::Shape shape{c.tokens()};
     const auto ids = dax::device_put(b.ids, shape, layout.tokens());
@@ -146,6 +156,7 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
     if (print) print_losses(run.losses, step, steps);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.last_step_peak = dax::memory_stats().peak_bytes_in_use - held_before;
   run.params = params;
   return run;
 }
@@ -273,6 +284,8 @@ struct Options {
   double aux_weight = 0.01;     // --aux-weight W: the load-balancing loss's weight (Config::aux_weight)
   int64_t data = 0, model = 0;  // the mesh's axes; 0: the default for the job's size
   int64_t pp = 1;               // --pp: pipeline stages (a 'stage' axis between 'data' and 'model')
+  int64_t simulate = 0;         // --simulate N: plan one step on N simulated devices (dax::simulate)
+  int64_t simulate_device = 0;  // --device D: the simulated device to report
   std::string schedule = "1F1B";
   int64_t microbatches = 0, virtual_stages = 0;  // 0: 2 * pp microbatches; 2 virtual stages if interleaved
   std::string error;            // empty when the options are usable
@@ -296,9 +309,18 @@ Options parse_options(int argc, char** argv, int ranks) {
     else if (!has_value && (flag == "--steps" || flag == "--layers" || flag == "--d-model" || flag == "--heads" ||
                             flag == "--seq" || flag == "--batch" || flag == "--mesh" || flag == "--pp" ||
                             flag == "--schedule" || flag == "--microbatches" || flag == "--virtual-stages" ||
-                            flag == "--moe" || flag == "--top-k" || flag == "--aux-weight"))
+                            flag == "--moe" || flag == "--top-k" || flag == "--aux-weight" ||
+                            flag == "--simulate" || flag == "--device"))
       why << flag << " needs a value; ";
     else if (flag == "--pp") positive("--pp", argv[++i], o.pp);
+    else if (flag == "--simulate") positive("--simulate", argv[++i], o.simulate);
+    else if (flag == "--device") {
+      const char* text = argv[++i];
+      char* end = nullptr;
+      const long long v = std::strtoll(text, &end, 10);
+      if (end == text || *end != '\0' || v < 0) why << "--device expects an integer >= 0, got '" << text << "'; ";
+      else o.simulate_device = v;
+    }
     else if (flag == "--moe") positive("--moe", argv[++i], o.moe);
     else if (flag == "--top-k") positive("--top-k", argv[++i], o.top_k);
     else if (flag == "--aux-weight") {
@@ -338,6 +360,11 @@ Options parse_options(int argc, char** argv, int ranks) {
   const auto kind = dax::pipeline::schedule_kind(o.schedule);
   if (!kind)
     why << "--schedule expects GPipe, 1F1B, Interleaved1F1B or ZBH1, got '" << o.schedule << "'; ";
+  if (o.simulate > 0) ranks = static_cast<int>(o.simulate);  // the simulated world, not the job's
+  if (o.simulate > 0 && o.pp > 1) why << "--simulate with --pp is not offered yet; ";
+  if (o.simulate > 0 && o.simulate_device >= o.simulate)
+    why << "--device " << o.simulate_device << " is not one of the " << o.simulate << " simulated devices; ";
+  if (o.simulate == 0 && o.simulate_device != 0) why << "--device needs --simulate N; ";
   if (why.str().empty() && ranks % o.pp != 0)
     why << "--pp " << o.pp << " does not divide the job's " << ranks << " ranks; ";
   if (why.str().empty()) {
@@ -347,7 +374,8 @@ Options parse_options(int argc, char** argv, int ranks) {
     if (o.model == 0 && per_stage % o.data == 0) o.model = per_stage / o.data;
     if (o.data * o.model * o.pp != ranks)
       why << "--mesh data=" << o.data << ",model=" << o.model << (o.pp > 1 ? " with --pp " + std::to_string(o.pp) : "")
-          << " has " << o.data * o.model * o.pp << " devices, but the job has " << ranks << " ranks; ";
+          << " has " << o.data * o.model * o.pp << " devices, but the job has " << ranks
+          << (o.simulate > 0 ? " simulated devices; " : " ranks; ");
     if (o.microbatches == 0) o.microbatches = o.pp == 1 ? 1 : 2 * o.pp;
     const bool interleaved = *kind == dax::pipeline::ScheduleKind::interleaved_1f1b;
     if (o.virtual_stages == 0) o.virtual_stages = interleaved ? 2 : 1;
@@ -485,19 +513,55 @@ int pipelined_main(const Options& o, bool root) {
   return 0;
 }
 
+/// transformer_lm --simulate N: one training step of the model on N simulated devices (the meta
+/// backend: no data, nothing run, everything planned and counted), in this one process; prints
+/// what the device --device D would hold and receive, and checks its bytes against the formulas
+/// as a real run does.
+int simulated_main(const Options& o, bool root) {
+  const lm::Config& c = o.config;
+  const std::string text = make_text(std::max<size_t>(1 << 16, static_cast<size_t>(2 * c.seq + 2)));
+  int64_t parameters = 0;
+  lm::BytesCheck bytes;
+  const auto start = std::chrono::steady_clock::now();
+  const dax::SimulationReport report = dax::simulate(
+      {.count = static_cast<int>(o.simulate), .device = static_cast<int>(o.simulate_device)}, [&] {
+        const lm::Layout layout{dax::Mesh({o.data, o.model}, {"data", "model"}), o.fsdp, o.sp};
+        Run run = train(c, layout, text, 1, false);
+        dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, *run.params);
+        bytes = lm::check_step_bytes(c, layout, *run.params, run.last_step, static_cast<int>(o.simulate_device),
+                                     run.moe_rows);
+        return *run.params;  // counted at the end of the step
+      });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  if (!root) return bytes.ok ? 0 : 1;
+  std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads << " heads, "
+            << parameters / 1e9 << "B parameters, sequence " << c.seq << ", batch " << c.batch << ", one AdamW step on "
+            << o.simulate << " simulated devices, data=" << o.data << " x model=" << o.model << (o.fsdp ? " with FSDP" : "")
+            << (o.sp ? " with sequence parallelism" : "") << "\n"
+            << report.table()
+            << "bytes against the formulas: " << bytes.regime << (bytes.ok ? "" : " (DIFFER)") << "\n"
+            << "simulated in " << seconds << " s, this process's peak memory " << usage.ru_maxrss / 1024 << " MB\n";
+  return bytes.ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   dax::Runtime rt(argc, argv);
   const bool root = rt.rank() == 0;
-  const Options options = parse_options(argc, argv, rt.size());
+  bool simulating = false;
+  for (int i = 1; i + 1 < argc; ++i) simulating = simulating || std::string(argv[i]) == "--simulate";
+  const Options options = parse_options(argc, argv, simulating ? 0 : rt.size());
   if (!options.error.empty()) {
     if (root)
       std::cerr << "transformer_lm: " << options.error << "\n"
                 << "usage: transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]"
                    " [--mesh data=X,model=Y] [--fsdp] [--sp] [--moe E [--top-k K] [--aux-weight W]]"
                    " [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1]"
-                   " [--microbatches M] [--virtual-stages V]]\n";
+                   " [--microbatches M] [--virtual-stages V]] [--simulate N [--device D]]\n";
     return 2;
   }
+  if (options.simulate > 0) return simulated_main(options, root);
   const lm::Config c = options.config;
   const int steps = options.steps;
   const bool fsdp = options.fsdp;
@@ -515,6 +579,29 @@ int main(int argc, char** argv) {
               << "  \"" << text.substr(0, 72) << "...\"\n";
 
   const Run run = train(c, layout, text, steps, root);
+
+  // The same step planned on simulated devices (dax::simulate, this rank's device): its bytes per
+  // collective must be the ones just measured, exactly, and its peak memory within 5% of the
+  // memory counter's over the last step.
+  // (As many steps as the real run up to two, so that the step compared is a later step in both.)
+  std::optional<Run> simulated;
+  dax::simulate({.count = n, .device = rt.rank()}, [&] { simulated = train(c, layout, text, std::min(steps, 2), false); });
+  // With experts, what the all_to_allv moves and the memory it takes follow the routing, which a
+  // simulation (no data) makes even: those two are left out of the comparison.
+  const bool routed = c.experts > 0;
+  const auto compared = [&](const std::pair<std::string, std::string>& key) { return !routed || key.first != "all_to_allv"; };
+  size_t real_entries = 0, simulated_entries = 0;
+  for (const auto& [key, count] : run.last_step.entries()) real_entries += compared(key) ? 1 : 0;
+  bool simulated_same = true;
+  for (const auto& [key, count] : simulated->last_step.entries()) {
+    if (!compared(key)) continue;
+    ++simulated_entries;
+    const auto measured = run.last_step.of(key.first, key.second);
+    simulated_same = simulated_same && measured.calls == count.calls && measured.bytes == count.bytes;
+  }
+  simulated_same = simulated_same && simulated_entries == real_entries;
+  const double peak_ratio = static_cast<double>(simulated->last_step_peak) / static_cast<double>(run.last_step_peak);
+  simulated_same = simulated_same && (routed || std::abs(peak_ratio - 1) <= 0.05);
 
   // Bytes of the last step, per collective and mesh axes, against DESIGN §6's formulas, for this
   // device's own pieces (lm::check_step_bytes).
@@ -548,6 +635,10 @@ int main(int argc, char** argv) {
       std::cout << "experts (all_to_allv over data): " << bytes.experts << " B, formula 2 x " << run.moe_rows
                 << " rows sent or received x d_model x 4 = " << bytes.experts_formula << " B\n";
     std::cout << std::defaultfloat << std::setprecision(4);
+    std::cout << "simulated on " << n << " meta device(s) (dax::simulate): the same collectives and bytes: "
+              << (simulated_same ? "yes" : "NO") << "; peak memory " << simulated->last_step_peak << " B against "
+              << run.last_step_peak << " B measured (" << peak_ratio << "x)"
+              << (routed ? "; the experts' all_to_allv and the memory left out: a simulation routes evenly" : "") << "\n";
     std::cout << "training took " << run.seconds << " s (" << c.tokens() * steps / run.seconds << " tokens/s)\n";
   }
 
@@ -573,7 +664,7 @@ int main(int argc, char** argv) {
     ok = ok && final_loss < entropy;
   }
   // The bytes must be the formulas' (checked on every rank, for its own pieces) where they apply.
-  const bool checkable = bytes.checkable, bytes_ok = bytes.ok;
+  const bool checkable = bytes.checkable, bytes_ok = bytes.ok && simulated_same;
   if (root) std::cout << "bytes: " << bytes.regime << "\n";
   // Each rank checked its own bytes; rank 0 reports which differed (no rank but 0 prints).
   const dax::Mesh ranks({n}, {"ranks"});
@@ -584,7 +675,7 @@ int main(int argc, char** argv) {
   ok = ok && all_bytes_ok;
   if (!root) return all_bytes_ok ? 0 : 1;
   if (!all_bytes_ok) {
-    std::cerr << "transformer_lm: the bytes per step differ from the formulas on rank(s)";
+    std::cerr << "transformer_lm: the bytes per step differ from the formulas (or the simulated step's) on rank(s)";
     for (int r = 0; r < n; ++r)
       if (differs[static_cast<size_t>(r)] != 0) std::cerr << " " << r;
     std::cerr << "\n";

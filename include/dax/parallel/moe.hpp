@@ -160,7 +160,13 @@ std::tuple<DistArray<T>, DistArray<T>> moe_block(const DistArray<T>& x, const Di
     const std::vector<T> h = probs.local_to_host();
     p_host.assign(h.begin(), h.end());
   }
-  const std::vector<int64_t> choice = top_k_experts(p_host, n, E, k);
+  // Simulated devices (the meta backend) have no router values: their tokens go round-robin over
+  // the experts, the balanced routing the load-balancing loss aims for, the same on every member.
+  const bool simulated = ::dax::detail::dev::on_meta();
+  std::vector<int64_t> choice;
+  if (simulated)
+    for (int64_t a = 0; a < n * k; ++a) choice.push_back(a % E);
+  else choice = top_k_experts(p_host, n, E, k);
   const int64_t capacity = s.options.capacity_factor > 0
                                ? static_cast<int64_t>(std::ceil(s.options.capacity_factor * double(n * k) / double(E)))
                                : -1;
@@ -187,8 +193,10 @@ std::tuple<DistArray<T>, DistArray<T>> moe_block(const DistArray<T>& x, const Di
   }
 
   // How many rows every member sends each expert: one small all_gather of the counts.
-  const std::vector<int64_t> all_counts =
+  std::vector<int64_t> all_counts =
       all_gather(device_put(per_expert, Shape{1, E}, here), s.axis, 0, true).local_to_host();  // (ne, E)
+  if (simulated)  // every member routes as this one
+    for (int j = 0; j < ne; ++j) std::copy(per_expert.begin(), per_expert.end(), all_counts.begin() + j * E);
   std::vector<int64_t> send_counts(static_cast<size_t>(ne), 0), recv_counts(static_cast<size_t>(ne), 0);
   for (int j = 0; j < ne; ++j)
     for (int64_t le = 0; le < local_experts; ++le) {
