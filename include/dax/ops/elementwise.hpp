@@ -185,10 +185,14 @@ DistArray<T> where(const DistArray<bool>& cond, const DistArray<T>& a, const Dis
 }
 
 /// The array converted elementwise to U. Differentiable between floating types (the cotangent is
-/// converted back); a conversion to an integer type ends the gradient.
+/// converted back); a conversion to an integer type ends the gradient. A widening conversion
+/// between floating types is exact, so partial sums stay unreduced through it and are summed in the
+/// wider type: the gradient of float32 master weights used in bfloat16 is reduced in float32 (mixed
+/// precision's usual policy: docs/training.md). A narrowing one sums them first, in the wider type.
 template <class U, class T>
 DistArray<U> astype(const DistArray<T>& x) {
-  auto out = detail::map<U>(detail::Linearity::none, detail::fn::Cast<U>{}, x);
+  constexpr bool widening = detail::is_floating_v<T> && detail::is_floating_v<U> && sizeof(U) > sizeof(T);
+  auto out = detail::map<U>(widening ? detail::Linearity::additive : detail::Linearity::none, detail::fn::Cast<U>{}, x);
   if constexpr (detail::is_floating_v<T>) {
     detail::record("astype", out, [&](auto) {
       return [](const DistArray<U>& g) { return detail::Cotangents{detail::AnyArray(astype<T>(g))}; };
