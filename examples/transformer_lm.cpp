@@ -122,7 +122,8 @@ struct Run {
   std::vector<dax::ImplicitReshard> implicit;  // the last step's forward: inputs ops moved on their own
   std::optional<lm::Model> params;  // after the last step
   double seconds = 0;
-  int64_t last_step_peak = 0;  // the most dax's buffers held during the last step, less what they held before training
+  int64_t last_step_peak = 0;
+  std::vector<int> skipped;  // steps a float16 overflow skipped (--precision f16)  // the most dax's buffers held during the last step, less what they held before training
 };
 
 /// Trains `steps` AdamW steps on `layout` and returns the loss of every step.
@@ -130,8 +131,13 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
   const int64_t held_before = dax::memory_stats().bytes_in_use;
   lm::Model params = lm::init(c, layout, 7);
   dax::optim::AdamW opt(params, {.lr = dax::optim::warmup_cosine(3e-3, std::min(20, steps / 4), steps, 3e-4), .weight_decay = 0.01});
+  // float16 products (--precision f16): the loss scaled and the step skipped on an overflow, as
+  // GradScaler does (dax::optim::DynamicLossScale).
+  std::optional<dax::optim::DynamicLossScale> scaler;
+  if (c.compute == dax::DType::float16) scaler.emplace();
   auto loss_fn = [&](const lm::Model& p, const lm::Ids& ids, const lm::Ids& positions, const lm::Ids& labels) {
-    return lm::loss(c, layout, p, ids, positions, labels);
+    const lm::Array l = lm::loss(c, layout, p, ids, positions, labels);
+    return scaler ? scaler->scale(l) : l;
   };
   Run run;
   std::mt19937 gen(99);
@@ -149,10 +155,12 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
     dax::ExplicitSharding audit(dax::ExplicitSharding::Action::record);
     auto [loss, grads] = dax::value_and_grad(loss_fn)(params, ids, positions, labels);
     run.implicit = audit.seen();
-    opt.step(params, dax::optim::clip_by_global_norm(grads, 1.0));
+    const double scale = scaler ? scaler->scale() : 1.0;  // the one this step's loss was taken at
+    if (!scaler || scaler->unscale(grads)) opt.step(params, dax::optim::clip_by_global_norm(grads, 1.0));
+    else run.skipped.push_back(step);
     run.last_step = dax::comm_stats();
     run.moe_rows = lm::moe_rows_moved();
-    run.losses.push_back(loss.to_host()[0]);
+    run.losses.push_back(loss.to_host()[0] / scale);
     if (print) print_losses(run.losses, step, steps);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -658,6 +666,11 @@ int main(int argc, char** argv) {
               << (simulated_same ? "yes" : "NO") << "; peak memory " << simulated->last_step_peak << " B against "
               << run.last_step_peak << " B measured (" << peak_ratio << "x)"
               << (routed ? "; the experts' all_to_allv and the memory left out: a simulation routes evenly" : "") << "\n";
+    if (c.compute == dax::DType::float16) {
+      std::cout << "float16 loss scaling: " << run.skipped.size() << " step(s) skipped on an overflow";
+      for (size_t i = 0; i < run.skipped.size(); ++i) std::cout << (i ? ", " : " (") << run.skipped[i];
+      std::cout << (run.skipped.empty() ? "" : ")") << "\n";
+    }
     std::cout << "training took " << run.seconds << " s (" << c.tokens() * steps / run.seconds << " tokens/s)\n";
   }
 

@@ -104,6 +104,24 @@ TEST_CASE("loss scale: an overflow on a mesh of one rank is skipped by every ran
   CHECK(scaler.scale() == 32768);
 }
 
+TEST_CASE("loss scale: inside OnlyMeshRanks, a model on one rank agrees on the flag alone", "[loss_scale]") {
+  // As transformer_lm's reference on one device: rank 0 trains alone while the others wait.
+  if (dax::Runtime::current().rank() == 0) {
+    dax::OnlyMeshRanks alone;
+    const Mesh mine({1}, {"x"}, {0});
+    std::vector<float> v = values(5, 2);
+    std::vector<DistArray<float>> grads{dax::device_put(v, Shape{5}, NamedSharding(mine, P()))};
+    DynamicLossScale scaler({.initial = 8});
+    REQUIRE(scaler.unscale(grads));
+    for (auto& x : v) x /= 8;
+    CHECK(host(grads[0]) == v);
+    v[1] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<DistArray<float>> bad{dax::device_put(v, Shape{5}, NamedSharding(mine, P()))};
+    CHECK_FALSE(scaler.unscale(bad));
+    CHECK(scaler.scale() == 4);
+  }
+}
+
 TEST_CASE("loss scale: gradients of a scaled loss, unscaled, are the unscaled loss's", "[loss_scale]") {
   const Mesh mesh = line();
   const auto x = dax::device_put(values(12 * 5, 4), Shape{12, 5}, NamedSharding(mesh, P("x")));

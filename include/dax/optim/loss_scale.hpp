@@ -19,6 +19,7 @@
 #include <dax/autodiff/tree.hpp>
 #include <dax/core/error.hpp>
 #include <dax/array/creation.hpp>
+#include <dax/manual/shard_map.hpp>  // OnlyMeshRanks
 #include <dax/optim/clip.hpp>
 #include <dax/optim/leaf_update.hpp>
 #include <dax/runtime/runtime.hpp>
@@ -75,11 +76,13 @@ class DynamicLossScale {
   /// sharding) and returns true. Otherwise leaves them as they are, halves the scale and returns
   /// false, on every rank alike. One all-reduce of 8 bytes per mesh the leaves live on (their
   /// global norm, which is inf or NaN exactly when an element is) and one of a flag over every
-  /// rank (leaves on meshes a rank is not in). Collective over every rank of the job.
+  /// rank (leaves on meshes a rank is not in). Collective over every rank of the job; inside a
+  /// dax::OnlyMeshRanks scope (a model on part of the world: a reference run on one device), over
+  /// the ranks of the first leaf's mesh instead, which every leaf must then share.
   template <Tree G>
   bool unscale(G& grads) {
     const double norm = global_norm(grads);  // the sum of squares in double: a float's square never overflows it
-    const std::vector<int64_t> flags = Runtime::current().world().host().all_gather_host({std::isfinite(norm) ? 0 : 1});
+    const std::vector<int64_t> flags = flag_group(grads).host().all_gather_host({std::isfinite(norm) ? 0 : 1});
     bool finite = true;
     for (int64_t f : flags) finite = finite && f == 0;
     const double taken_at = scale_;
@@ -103,6 +106,20 @@ class DynamicLossScale {
         },
         grads);
     return true;
+  }
+
+  /// Where unscale agrees on the flag: every rank, or the leaves' mesh inside OnlyMeshRanks.
+  template <Tree G>
+  static detail::Communicator& flag_group(const G& grads) {
+    Runtime& rt = Runtime::current();
+    if (detail::only_mesh_ranks_depth() == 0) return rt.world();
+    const Mesh* mesh = nullptr;
+    tree_for_each([&](const auto& g) {
+      if (mesh == nullptr) mesh = &g.sharding().mesh();
+      DAX_CHECK(g.sharding().mesh() == *mesh, "DynamicLossScale.unscale: inside OnlyMeshRanks every gradient must be "
+                "on one mesh, got ", to_string(*mesh), " and ", to_string(g.sharding().mesh()));
+    }, grads);
+    return mesh == nullptr ? rt.world() : rt.mesh_group(*mesh);
   }
 
   /// The global norm of the last gradients unscale() accepted, unscaled (NaN after a skipped step):
