@@ -51,6 +51,15 @@ std::vector<T> random_values(int64_t n, std::mt19937& rng) {
   return v;
 }
 
+/// n floats uniform in [-1, 1), from `seed`: fresh inputs for tests that compare with a tolerance.
+inline std::vector<float> uniform_values(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
 /// The flat index into an operand of `shape` broadcast to `out`, for the output's flat index `flat`
 /// (NumPy's rules: leading dimensions added, dimensions of 1 stretched).
 inline int64_t source_index(const Shape& shape, const Shape& out, int64_t flat) {

@@ -23,13 +23,7 @@ namespace {
 
 Mesh line() { return Mesh({world_size()}, {"x"}); }
 
-std::vector<float> values(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> values(int64_t n, unsigned seed) { return dax::test::uniform_values(n, seed); }
 
 }  // namespace
 

@@ -19,13 +19,7 @@ using dax::test::world_size;
 
 namespace {
 
-std::vector<float> values(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> values(int64_t n, unsigned seed) { return dax::test::uniform_values(n, seed); }
 
 /// mean((x @ w)^2), the product in Compute (the operands cast from float32, the result cast back).
 template <class Compute>

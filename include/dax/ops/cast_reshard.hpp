@@ -15,13 +15,12 @@ namespace dax {
 template <class To, class T>
 DistArray<To> cast_reshard(const DistArray<T>& x, const NamedSharding& sharding) {
   static_assert(detail::is_floating_v<To> && detail::is_floating_v<T>, "cast_reshard converts between floating types");
-  DistArray<To> out = detail::reshard_untraced(detail::map<To>(detail::Linearity::none, detail::fn::Cast<To>{}, x),
-                                               sharding);
+  DistArray<To> out = detail::reshard_untraced(
+      detail::map<To>(detail::cast_linearity<T, To>(), detail::fn::Cast<To>{}, x), sharding);
   detail::record("cast_reshard", out, [&](auto) {
     return [from = x.sharding()](const DistArray<To>& g) {
       // Widened first (partial sums stay partial through it: astype), then moved back.
-      const auto wide = detail::map<T>(sizeof(T) > sizeof(To) ? detail::Linearity::additive : detail::Linearity::none,
-                                       detail::fn::Cast<T>{}, g);
+      const auto wide = detail::map<T>(detail::cast_linearity<To, T>(), detail::fn::Cast<T>{}, g);
       return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(wide, from))};
     };
   }, x);

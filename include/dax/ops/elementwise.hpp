@@ -189,10 +189,18 @@ DistArray<T> where(const DistArray<bool>& cond, const DistArray<T>& a, const Dis
 /// between floating types is exact, so partial sums stay unreduced through it and are summed in the
 /// wider type: the gradient of float32 master weights used in bfloat16 is reduced in float32 (mixed
 /// precision's usual policy: docs/training.md). A narrowing one sums them first, in the wider type.
+namespace detail {
+/// How a conversion from T to U treats partial sums: kept through a widening one between floating
+/// types (exact), summed first otherwise.
+template <class T, class U>
+constexpr Linearity cast_linearity() {
+  return is_floating_v<T> && is_floating_v<U> && sizeof(U) > sizeof(T) ? Linearity::additive : Linearity::none;
+}
+}  // namespace detail
+
 template <class U, class T>
 DistArray<U> astype(const DistArray<T>& x) {
-  constexpr bool widening = detail::is_floating_v<T> && detail::is_floating_v<U> && sizeof(U) > sizeof(T);
-  auto out = detail::map<U>(widening ? detail::Linearity::additive : detail::Linearity::none, detail::fn::Cast<U>{}, x);
+  auto out = detail::map<U>(detail::cast_linearity<T, U>(), detail::fn::Cast<U>{}, x);
   if constexpr (detail::is_floating_v<T>) {
     detail::record("astype", out, [&](auto) {
       return [](const DistArray<U>& g) { return detail::Cotangents{detail::AnyArray(astype<T>(g))}; };
