@@ -4,14 +4,19 @@
 // benchmarks/train_step_torch.py, which benchmarks/train_step.py runs beside it. Prints one JSON
 // line: ranks, batch, tokens per second, ms per step, the bytes one step received per device and
 // DESIGN §6's formula for them.
-//   mpirun -np N train_step [--batch B] [--steps S] [--warmup W]
+//   mpirun -np N train_step [--batch B] [--steps S] [--warmup W] [--layers L] [--d-model D]
+//                           [--heads H] [--vocab V] [--seq T] [--precision f32|bf16] [--profile FILE]
+// The nvcc build (train_step_cuda, GPU builds only) runs the same step on the GPU; with it
+// benchmarks/train_step_gpu.py compares a GPT-2-small-sized model with PyTorch eager (issue 40).
 #include <dax/dax.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "transformer_lm.hpp"
@@ -21,10 +26,21 @@ int main(int argc, char** argv) {
   lm::Config c;
   c.batch = 16;
   int steps = 30, warmup = 5;
+  std::string profile_path;  // --profile FILE: one more step under dax::profile, its trace written there
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--batch") == 0) c.batch = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--batch") c.batch = std::atoi(value.c_str());
+    else if (flag == "--steps") steps = std::atoi(value.c_str());
+    else if (flag == "--warmup") warmup = std::atoi(value.c_str());
+    else if (flag == "--layers") c.layers = std::atoi(value.c_str());
+    else if (flag == "--d-model") c.d_model = std::atoi(value.c_str());
+    else if (flag == "--heads") c.heads = std::atoi(value.c_str());
+    else if (flag == "--vocab") c.vocab = std::atoi(value.c_str());
+    else if (flag == "--seq") c.seq = std::atoi(value.c_str());
+    else if (flag == "--profile") profile_path = value;
+    else if (flag == "--precision" && (value == "f32" || value == "bf16"))
+      c.compute = value == "bf16" ? dax::DType::bfloat16 : dax::DType::float32;
+    else throw dax::Error("train_step: unknown flag or value '" + flag + " " + value + "'");
   }
   const lm::Layout layout{dax::Mesh({rt.size(), 1}, {"data", "model"}), false};
   lm::Model params = lm::init(c, layout, 7);
@@ -38,7 +54,7 @@ int main(int argc, char** argv) {
   // Random bytes as text (the values do not change the work); windows drawn as the example does.
   std::mt19937 gen(99);
   std::vector<int32_t> text(1 << 16);
-  for (auto& ch : text) ch = static_cast<int32_t>(gen() % 256);
+  for (auto& ch : text) ch = static_cast<int32_t>(gen() % static_cast<uint32_t>(c.vocab));
   std::vector<int32_t> positions_host(static_cast<size_t>(c.tokens()));
   for (size_t i = 0; i < positions_host.size(); ++i) positions_host[i] = static_cast<int32_t>(i % static_cast<size_t>(c.seq));
   const dax::Shape shape{c.tokens()};
@@ -63,16 +79,23 @@ int main(int argc, char** argv) {
   for (int i = 0; i < warmup; ++i) step().to_host();
   barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) step();
+  std::optional<dax::DistArray<float>> last_loss;
+  for (int i = 0; i < steps; ++i) last_loss = step();
+  const float final_loss = last_loss ? last_loss->to_host()[0] : 0.0f;
   params.head.to_host();  // the last update has finished (the CPU backend runs eagerly anyway)
   barrier();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!profile_path.empty()) {  // after the timing: the profile waits for the device after every op
+    auto trace = dax::profile(profile_path);
+    step().to_host();
+  }
   const lm::StepBytes formula =
       lm::formula_bytes(c, layout, static_cast<double>(c.tokens()) / rt.size(), pieces_bytes);
   if (rt.rank() == 0)
-    std::printf("{\"ranks\": %d, \"batch\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"bytes_per_step\": %lld, "
-                "\"formula_bytes\": %.0f}\n",
-                rt.size(), static_cast<long long>(c.batch), static_cast<double>(c.tokens()) * steps / seconds,
-                1e3 * seconds / steps, static_cast<long long>(one_step.total_bytes()), formula.total());
+    std::printf("{\"ranks\": %d, \"backend\": \"%s\", \"batch\": %lld, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
+                "\"bytes_per_step\": %lld, \"formula_bytes\": %.0f, \"loss\": %.4f}\n",
+                rt.size(), rt.backend() == dax::Backend::cuda ? "cuda" : "cpu", static_cast<long long>(c.batch), static_cast<double>(c.tokens()) * steps / seconds,
+                1e3 * seconds / steps, static_cast<long long>(one_step.total_bytes()), formula.total(),
+                static_cast<double>(final_loss));
   return 0;
 }
