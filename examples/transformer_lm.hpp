@@ -177,9 +177,23 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
   const Array q = dax::reshape(mm(c, x, p.wq), heads_shape);
   const Array k = dax::reshape(mm(c, x, p.wk), heads_shape);
   const Array v = dax::reshape(mm(c, x, p.wv), heads_shape);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
-  const Array probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", q, k) * scale);
-  const Array out = dax::reshape(dax::einsum("bhqk,bkhe->bqhe", probs, v), {c.tokens(), c.d_model});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
+  // The scores, their softmax (computed in float whatever the type) and the weighted values in
+  // the compute type, as torch.autocast runs attention's products.
+  const auto attend = [&]<class T>(T) -> Array {
+    const auto cast = [](const Array& a) {
+      if constexpr (std::is_same_v<T, float>) return a;
+      else return dax::astype<T>(a);
+    };
+    const auto probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", cast(q), cast(k)), scale);
+    const auto heads = dax::einsum("bhqk,bkhe->bqhe", probs, cast(v));
+    if constexpr (std::is_same_v<T, float>) return heads;
+    else return dax::astype<float>(heads);
+  };
+  const Array heads = c.compute == dax::DType::bfloat16 ? attend(dax::bfloat16{})
+                      : c.compute == dax::DType::float16 ? attend(dax::half{})
+                                                         : attend(0.0f);
+  const Array out = dax::reshape(heads, {c.tokens(), c.d_model});
   return mm(c, out, p.wo, layout.residual()) + p.bo;  // row-parallel: one all-reduce (SP: reduce-scatter)
 }
 

@@ -23,6 +23,7 @@
 #include <dax/backend/cpu/gather.hpp>
 #include <dax/backend/cpu/gemm.hpp>
 #include <dax/backend/cpu/reduce.hpp>
+#include <dax/backend/cpu/softmax.hpp>
 #include <dax/backend/cpu/transpose.hpp>
 #include <dax/backend/cuda/backend.cuh>
 #include <dax/backend/matmul_precision.hpp>
@@ -623,11 +624,13 @@ void test_permute() {
 // One piece (outer, rows, inner) holding global rows [first, first + rows), ids with repeats and
 // some outside the piece: the GPU's gather and (deterministic) scatter-add against the CPU's.
 template <class T, class I>
-void check_gather(int64_t outer, int64_t rows, int64_t inner, int64_t count, int64_t first) {
+void check_gather(int64_t outer, int64_t rows, int64_t inner, int64_t count, int64_t first, int64_t chunk = 65536,
+                  bool one_id = false) {
   const auto table = random_vector<T>(outer * rows * inner);
   const auto g = random_vector<T>(outer * count * inner);
   std::vector<I> ids(count);
   for (auto& id : ids) id = static_cast<I>(uniform(first - 2, first + rows + 1));
+  if (one_id) std::fill(ids.begin(), ids.end(), static_cast<I>(first + rows / 2));
   std::vector<T> want(outer * count * inner), want_scatter(outer * rows * inner);
   cpu::gather_rows(table.data(), outer, rows, inner, ids.data(), count, first, want.data());
   cpu::scatter_add_rows(g.data(), outer, count, inner, ids.data(), rows, first, want_scatter.data());
@@ -636,8 +639,9 @@ void check_gather(int64_t outer, int64_t rows, int64_t inner, int64_t count, int
   DeviceArray<T> out{gpu::allocate(std::max<size_t>(want.size(), 1) * sizeof(T)), want.size()};
   DeviceArray<T> scattered{gpu::allocate(std::max<size_t>(want_scatter.size(), 1) * sizeof(T)), want_scatter.size()};
   gpu::gather_rows(d_table.data(), outer, rows, inner, d_ids.data(), count, first, out.data());
-  gpu::scatter_add_rows(d_g.data(), outer, count, inner, d_ids.data(), rows, first, scattered.data());
-  const std::string shape = cat("(", outer, ", ", rows, ", ", inner, ") first ", first, ", ", count, " ids");
+  gpu::scatter_add_rows(d_g.data(), outer, count, inner, d_ids.data(), rows, first, scattered.data(), chunk);
+  const std::string shape = cat("(", outer, ", ", rows, ", ", inner, ") first ", first, ", ", count, " ids",
+                                one_id ? " all alike" : "", " in chunks of ", chunk);
   expect_same("gather_rows " + shape, difference(download(out), want));
   // Sums in the same order (j ascending); the GPU accumulates 16-bit types in float.
   const auto got = download(scattered);
@@ -655,6 +659,54 @@ void test_gather() {
   check_gather<Eigen::half, int32_t>(1, 8, 16, 30, 0);
   check_gather<float, int32_t>(1, 0, 4, 6, 3);  // a device holding no rows: zeros
   check_gather<float, int64_t>(2, 5, 3, 0, 0);  // no ids
+  check_gather<float, int32_t>(1, 3, 33, 5000, 0);  // many repeats per row
+  check_gather<float, int32_t>(2, 50, 7, 301, 10, 7);  // chunks of 7 ids, each adding to the last
+  check_gather<double, int64_t>(1, 40, 9, 2000, 0, 2000, true);  // every id the same row
+  check_gather<Eigen::half, int32_t>(1, 6, 16, 48, 0, 13);  // 16 bits rounded once per chunk
+  check_gather<float, int32_t>(1, 1001, 768, 4096, 0);  // an embedding's gradient (rows x d_model)
+}
+
+// ---- fused softmax rows (causal_softmax) ----
+
+// The GPU's softmax over rows and its gradient against the CPU's: causal or not, pieces holding
+// queries from an offset (a split query dimension), rows shorter than a warp and uneven ones.
+template <class T>
+void check_softmax_rows(int64_t rows, int64_t length, bool causal, int64_t q_count, int64_t q_first, int64_t q_total,
+                        double scale, double rel) {
+  dax::detail::SoftmaxRows geo;
+  geo.rows = rows, geo.length = length, geo.scale = scale, geo.causal = causal;
+  geo.q_count = q_count, geo.q_first = q_first, geo.q_total = q_total;
+  const auto x = random_vector<T>(rows * length), g = random_vector<T>(rows * length);
+  std::vector<T> want(x.size()), want_dx(x.size());
+  cpu::softmax_rows(x.data(), geo, want.data());
+  cpu::softmax_rows_grad(want.data(), g.data(), geo, want_dx.data());
+  const auto d_x = upload(x), d_g = upload(g), d_y = upload(want);
+  DeviceArray<T> y{gpu::allocate(std::max<size_t>(x.size(), 1) * sizeof(T)), x.size()};
+  DeviceArray<T> dx{gpu::allocate(std::max<size_t>(x.size(), 1) * sizeof(T)), x.size()};
+  gpu::softmax_rows(d_x.data(), geo, y.data());
+  gpu::softmax_rows_grad(d_y.data(), d_g.data(), geo, dx.data());  // from the CPU's y: the grad alone
+  const std::string what = cat(type_name<T>(), " ", rows, " rows of ", length, causal ? " causal" : "", " queries ",
+                               q_first, "+", q_count, " of ", q_total, " scale ", scale);
+  std::vector<double> want_d, want_dx_d, tol, tol_dx;
+  for (size_t i = 0; i < want.size(); ++i) {
+    want_d.push_back(to_double(want[i]));
+    want_dx_d.push_back(to_double(want_dx[i]));
+    tol.push_back(rel * std::abs(to_double(want[i])) + rel * 1e-3);
+    tol_dx.push_back(rel * std::abs(to_double(want_dx[i])) + rel * 1e-2);
+  }
+  expect_same("softmax_rows " + what, difference(download(y), want_d, tol));
+  expect_same("softmax_rows_grad " + what, difference(download(dx), want_dx_d, tol_dx));
+}
+
+void test_softmax_rows() {
+  check_softmax_rows<float>(37, 100, false, 1, 0, 1, 1.0, 1e-5);
+  check_softmax_rows<float>(2 * 3 * 64, 64, true, 64, 0, 64, 0.125, 1e-5);  // (b, h, q, k), q == k
+  check_softmax_rows<float>(2 * 5, 9, true, 5, 3, 8, 0.7, 1e-5);            // queries 3..7 of 8, 9 keys
+  check_softmax_rows<double>(3 * 40, 1031, true, 40, 990, 1031, 0.3, 1e-12);  // the last 40 queries
+  check_softmax_rows<float>(4 * 1024, 1024, true, 1024, 0, 1024, 0.125, 1e-5);  // GPT-2's rows
+  check_softmax_rows<Eigen::bfloat16>(2 * 33, 33, true, 33, 0, 33, 1.0, 1e-2);
+  check_softmax_rows<Eigen::half>(7, 3, false, 1, 0, 1, 2.0, 2e-3);
+  check_softmax_rows<float>(0, 16, true, 1, 0, 1, 1.0, 0);  // nothing to do
 }
 
 // ---- generate ----
@@ -761,6 +813,7 @@ int main() {
   run("permute", test_permute);
   run("generate", test_generate);
   run("gather_rows / scatter_add_rows", test_gather);
+  run("softmax_rows / softmax_rows_grad", test_softmax_rows);
   run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });
   run("batched_gemm<double>", [] { test_gemm<double>(1e-12); });
   run("batched_gemm<int32_t>", [] { test_gemm<int32_t>(0); });

@@ -298,6 +298,15 @@ TEST_CASE("causal mask and causal softmax: loops, finite differences, every shar
       }
       const Loss loss = [](const Params& p) { return contract(dax::causal_softmax(p[0]), 31); };
       check_gradients(loss, {xv}, {s}, {xs}, rng);
+      // Scaled, as attention calls it (the fused kernels where the keys are whole, layouts 1 and
+      // mostly 2; the masked softmax of the scaled scores where they are split, layout 0).
+      const double scale = 0.37;
+      std::vector<double> scaled(xv);
+      for (double& v : scaled) v *= scale;
+      const auto ys = host(dax::causal_softmax(dax::device_put(xv, s, xs), scale));
+      if (xs.mesh().contains(dax::test::world_rank())) check_close(ys, causal_softmax_ref(scaled, q, k));
+      const Loss scaled_loss = [scale](const Params& p) { return contract(dax::causal_softmax(p[0], scale), 31); };
+      check_gradients(scaled_loss, {xv}, {s}, {xs}, rng);
     }
   }
   SECTION("a mask broadcast against the scores; a fully masked row is uniform, not NaN") {

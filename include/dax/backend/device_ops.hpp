@@ -22,6 +22,7 @@
 #include <dax/backend/cpu/generate.hpp>
 #include <dax/backend/cpu/memory.hpp>
 #include <dax/backend/cpu/reduce.hpp>
+#include <dax/backend/cpu/softmax.hpp>
 #include <dax/backend/cpu/transpose.hpp>
 #include <dax/backend/meta/memory.hpp>
 #include <dax/core/macros.hpp>
@@ -143,6 +144,18 @@ template <class T, class I>
 void scatter_add_rows(const T* g, int64_t outer, int64_t count, int64_t inner, const I* ids, int64_t rows,
                       int64_t first, T* out) {
   DAX_DISPATCH(scatter_add_rows(g, outer, count, inner, ids, rows, first, out));
+}
+
+/// y = softmax(geo.scale * x) over rows, only each row's visible keys (backend/softmax_rows.hpp).
+template <class T>
+void softmax_rows(const T* x, const SoftmaxRows& geo, T* y) {
+  DAX_DISPATCH(softmax_rows(x, geo, y));
+}
+
+/// dx = geo.scale * y * (g - sum(g * y)) per row: the gradient of softmax_rows.
+template <class T>
+void softmax_rows_grad(const T* y, const T* g, const SoftmaxRows& geo, T* dx) {
+  DAX_DISPATCH(softmax_rows_grad(y, g, geo, dx));
 }
 
 #undef DAX_DISPATCH

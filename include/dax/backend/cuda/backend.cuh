@@ -12,4 +12,5 @@
 #include <dax/backend/cuda/layout.cuh>
 #include <dax/backend/cuda/memory.cuh>
 #include <dax/backend/cuda/reduce.cuh>
+#include <dax/backend/cuda/softmax.cuh>
 #include <dax/backend/cuda/transpose.cuh>
