@@ -497,6 +497,11 @@ void test_reduce() {
   check_reductions({3, 300007}, {false, true});
   check_reductions({2, 5000, 70}, {false, true, false});
   check_reductions({3000, 40}, {false, true});  // short rows: a thread per output
+  check_reductions({4096, 768}, {false, true});  // many medium rows: a warp per output, 16-byte loads
+  check_reductions({2500, 129}, {false, true});  // the same without (129 is no multiple of a pack)
+  check_reductions({2048, 4096}, {false, true}); // the longest rows a warp takes
+  check_reductions({2048, 68}, {false, true});   // fewer packs than lanes (17 of 4 floats)
+  check_reduce_widening({8192, 768}, {false, true});
   // The layouts with kernels of their own (backend/cuda/reduce_contiguous.cuh): rows and columns,
   // with 16-byte loads (widths that divide) and without, in one pass and in parts.
   check_reductions({5, 100000}, {false, true});

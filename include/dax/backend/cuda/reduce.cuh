@@ -168,7 +168,8 @@ void reduce_layout(const In* in, const ReduceLayout& layout, bool innermost_redu
 }
 
 /// A (rows, length) row-major piece folded along its rows: out[j] = op(out[j], fold of row j).
-/// Rows of 64 elements or fewer get a thread each. Longer rows get a block each, and few long rows
+/// Rows of 64 elements or fewer get a thread each; 2048 or more rows of at most 4096 a warp
+/// each. Other rows get a block each, and few long rows
 /// (a sum of everything is one row) are cut into parts so that about 2048 blocks are busy, each
 /// with at least 8192 elements; a second pass folds each row's parts in order.
 template <class In, class Acc, class Op>
@@ -181,6 +182,15 @@ void reduce_rows(const In* in, int64_t rows, int64_t length, Acc* out, const Op&
   }
   constexpr int V = pack_width<In>;
   const bool wide = V > 1 && length % V == 0 && aligned_for<In, V>(in);
+  if (length <= 4096 && rows >= 2048) {  // a warp per row (a block per row of 768 floats idled a quarter of it)
+    const dim3 grid = grid_blocks(rows * 32);
+    if (wide)
+      reduce_rows_warp_kernel<V><<<grid, block_threads, 0, stream>>>(in, rows, length, out, op);
+    else
+      reduce_rows_warp_kernel<1><<<grid, block_threads, 0, stream>>>(in, rows, length, out, op);
+    check_launch("reduce_rows_warp_kernel");
+    return;
+  }
   const int64_t step = wide ? V : 1;
   const int64_t parts_wanted = std::max<int64_t>(1, std::min(ceil_div(length, 8192), ceil_div(2048, rows)));
   const int64_t chunk = ceil_div(ceil_div(length, parts_wanted), step) * step;

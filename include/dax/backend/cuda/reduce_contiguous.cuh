@@ -3,7 +3,8 @@
 // the rest):
 //   rows:    a (rows, length) row-major piece folded along its last dimension (a sum over the
 //            last dimension, or over everything as one row): a block per row (or part of a
-//            row), 16-byte loads, four in flight per thread, a warp-shuffle tree at the end;
+//            row), or a warp per row where there are many rows of at most 4096 elements,
+//            16-byte loads, four in flight per thread, a warp-shuffle tree at the end;
 //   columns: a (length, width) row-major piece folded along its first dimension (a sum over the
 //            batch): a thread per group of V neighbouring columns, 16-byte loads along the row,
 //            four rows in flight.
@@ -49,6 +50,50 @@ __device__ inline Acc block_fold(Acc acc, int valid, Op& op, Acc* scratch) {
     }
   }
   return acc;
+}
+
+/// The warp's fold of its lanes' values, in lane order, where lanes [0, valid) hold one; lane 0
+/// gets the result.
+template <class Acc, class Op>
+__device__ inline Acc warp_fold(Acc acc, int valid, Op& op) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (int off = 16; off > 0; off >>= 1) {
+    const Acc other = shuffle_down(acc, off);
+    if (lane + off < valid) acc = op(acc, other);
+  }
+  return acc;
+}
+
+/// Many medium rows (a layer norm's mean over 768 features, 8192 tokens): a warp per row, lane l
+/// taking packs l, l + 32, ... of V elements, four in flight, then a shuffle tree; no block-wide
+/// barrier. out[j] = op(out[j], fold of row j).
+template <int V, class In, class Acc, class Op>
+__global__ void __launch_bounds__(block_threads)
+    reduce_rows_warp_kernel(const In* in, int64_t rows, int64_t length, Acc* out, Op op) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t packs = length / V;
+  for (int64_t j = grid_first() / 32; j < rows; j += grid_step() / 32) {
+    const In* row = in + j * length;
+    Acc acc{};
+    bool has = false;
+    int64_t q = lane;
+    for (; q + 3 * 32 < packs; q += 4 * 32) {
+      Pack<In, V> x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = load_pack<In, V>(row + (q + u * 32) * V);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int e = 0; e < V; ++e) fold_in(acc, has, static_cast<Acc>(x[u].v[e]), op);
+    }
+    for (; q < packs; q += 32) {
+      const Pack<In, V> x = load_pack<In, V>(row + q * V);
+#pragma unroll
+      for (int e = 0; e < V; ++e) fold_in(acc, has, static_cast<Acc>(x.v[e]), op);
+    }
+    acc = warp_fold(acc, static_cast<int>(packs < 32 ? packs : 32), op);
+    if (lane == 0) out[j] = op(out[j], acc);
+  }
 }
 
 /// Item w = (row j, part p), w = p * rows + j, folds elements [p chunk, min((p + 1) chunk, length))
