@@ -156,45 +156,53 @@ Tree gathered(const Tree& stored, const Layout& layout) {
       [&](const std::string& path, const Array& p) { return dax::reshard(p, layout.compute(path)); }, stored);
 }
 
-/// a @ b in the compute type (--precision bf16 / f16: mixed precision, docs/training.md): the
-/// operands cast from float32 on their own pieces (so an FSDP weight is gathered in 16 bits), the
-/// product converted back. Megatron's row-parallel all-reduce (an `out` sharding) then runs in the
-/// compute type; the gradients, widened back to float32 before they are summed, are reduced in
-/// float32 (dax::astype keeps partial sums through a widening conversion).
+/// An array in the compute type T (float: itself) and back: under --precision bf16 / f16 the
+/// operands are cast on their own pieces (so an FSDP weight is gathered in 16 bits).
+template <class T>
+dax::DistArray<T> to_compute(const Array& a) {
+  if constexpr (std::is_same_v<T, float>) return a;
+  else return dax::astype<T>(a);
+}
+template <class T>
+Array to_float(const dax::DistArray<T>& a) {
+  if constexpr (std::is_same_v<T, float>) return a;
+  else return dax::astype<float>(a);
+}
+
+/// f.template operator()<T>() with T the compute type of c.
+template <class F>
+Array in_compute_type(const Config& c, F&& f) {
+  if (c.compute == dax::DType::bfloat16) return f.template operator()<dax::bfloat16>();
+  if (c.compute == dax::DType::float16) return f.template operator()<dax::half>();
+  return f.template operator()<float>();
+}
+
+/// a @ b in the compute type (--precision bf16 / f16: mixed precision, docs/training.md), the
+/// product converted back to float32. Megatron's row-parallel all-reduce (an `out` sharding) then
+/// runs in the compute type; the gradients, widened back to float32 before they are summed, are
+/// reduced in float32 (dax::astype keeps partial sums through a widening conversion).
 template <class... Out>
 Array mm(const Config& c, const Array& a, const Array& b, const Out&... out) {
-  if (c.compute == dax::DType::bfloat16)
-    return dax::astype<float>(dax::matmul(dax::astype<dax::bfloat16>(a), dax::astype<dax::bfloat16>(b), out...));
-  if (c.compute == dax::DType::float16)
-    return dax::astype<float>(dax::matmul(dax::astype<dax::half>(a), dax::astype<dax::half>(b), out...));
-  return dax::matmul(a, b, out...);
+  return in_compute_type(c, [&]<class T>() { return to_float(dax::matmul(to_compute<T>(a), to_compute<T>(b), out...)); });
 }
 
 /// Causal self-attention of x (tokens, d, on the residual stream's layout), heads split over 'model'.
+/// Between the input's cast and the output projection everything stays in the compute type, as
+/// torch.autocast keeps it: the projections, the scores, their softmax (computed in float inside
+/// the kernel) and the weighted values.
 inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& normed) {
-  const Array x = layout.gathered_input(normed);
-  const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
-  const Array q = dax::reshape(mm(c, x, p.wq), heads_shape);
-  const Array k = dax::reshape(mm(c, x, p.wk), heads_shape);
-  const Array v = dax::reshape(mm(c, x, p.wv), heads_shape);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
-  // The scores, their softmax (computed in float whatever the type) and the weighted values in
-  // the compute type, as torch.autocast runs attention's products.
-  const auto attend = [&]<class T>(T) -> Array {
-    const auto cast = [](const Array& a) {
-      if constexpr (std::is_same_v<T, float>) return a;
-      else return dax::astype<T>(a);
-    };
-    const auto probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", cast(q), cast(k)), scale);
-    const auto heads = dax::einsum("bhqk,bkhe->bqhe", probs, cast(v));
-    if constexpr (std::is_same_v<T, float>) return heads;
-    else return dax::astype<float>(heads);
-  };
-  const Array heads = c.compute == dax::DType::bfloat16 ? attend(dax::bfloat16{})
-                      : c.compute == dax::DType::float16 ? attend(dax::half{})
-                                                         : attend(0.0f);
-  const Array out = dax::reshape(heads, {c.tokens(), c.d_model});
-  return mm(c, out, p.wo, layout.residual()) + p.bo;  // row-parallel: one all-reduce (SP: reduce-scatter)
+  return in_compute_type(c, [&]<class T>() {
+    const auto x = to_compute<T>(layout.gathered_input(normed));
+    const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
+    const auto q = dax::reshape(dax::matmul(x, to_compute<T>(p.wq)), heads_shape);
+    const auto k = dax::reshape(dax::matmul(x, to_compute<T>(p.wk)), heads_shape);
+    const auto v = dax::reshape(dax::matmul(x, to_compute<T>(p.wv)), heads_shape);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
+    const auto probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", q, k), scale);
+    const auto out = dax::reshape(dax::einsum("bhqk,bkhe->bqhe", probs, v), {c.tokens(), c.d_model});
+    // row-parallel: one all-reduce (SP: reduce-scatter)
+    return to_float(dax::matmul(out, to_compute<T>(p.wo), layout.residual())) + p.bo;
+  });
 }
 
 /// Rows this device sent to other devices' experts or received for its own, in every MoE layer's
@@ -223,9 +231,14 @@ inline Array mlp(const Config& c, const Layout& layout, const Layer& p, const Ar
     moe_rows_moved() += out.routing.rows_sent + out.routing.rows_received;
     return with_aux_loss(out.y, out.aux_loss, c.aux_weight);
   }
-  const Array h =
-      dax::gelu(mm(c, layout.gathered_input(normed), p.mlp.at("w1")) + p.mlp.at("b1"), /*approximate=*/true);
-  return mm(c, h, p.mlp.at("w2"), layout.residual()) + p.mlp.at("b2");  // row-parallel: one all-reduce (SP: reduce-scatter)
+  // The hidden layer in the compute type (its bias and GELU too, as under torch.autocast).
+  return in_compute_type(c, [&]<class T>() {
+    const auto x = to_compute<T>(layout.gathered_input(normed));
+    const auto h = dax::gelu(dax::matmul(x, to_compute<T>(p.mlp.at("w1"))) + to_compute<T>(p.mlp.at("b1")),
+                             /*approximate=*/true);
+    // row-parallel: one all-reduce (SP: reduce-scatter)
+    return to_float(dax::matmul(h, to_compute<T>(p.mlp.at("w2")), layout.residual())) + p.mlp.at("b2");
+  });
 }
 
 /// The embedding: the vocab-parallel lookup (one all-reduce; SP: a reduce-scatter) plus the
