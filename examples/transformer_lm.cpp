@@ -11,9 +11,12 @@
 // loss is below the unigram entropy of the training text, and (3) the bytes equal the formulas.
 // Run with `mpirun -np N`. The model and the mesh are flags, checked before anything runs:
 //   transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]
-//                  [--mesh data=X,model=Y] [--fsdp] [--sp]
+//                  [--mesh data=X,model=Y] [--fsdp] [--sp] [--cp N]
 //                  [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1] [--microbatches M] [--virtual-stages V]]
 //                  [--precision f32|bf16|f16] [--simulate N [--device D]]
+// --cp N adds a 'context' axis of N (mesh data x context x model): each device holds its rows'
+// zigzag chunks of the sequence and attention is ring attention over 'context'
+// (dax::parallel::ring_attention_shard), its k / v blocks' bytes checked like the rest.
 // --pp N adds a 'stage' axis of N (mesh data x stage x model) and trains through dax::pipeline:
 // the layers cut into N * V chunks, the batch into M microbatches (default 2N), checked the same
 // way plus each stage's peak activations against the schedule and the stage transfers' bytes.
@@ -146,9 +149,10 @@ Run train(const lm::Config& c, const lm::Layout& layout, const std::string& text
     if (step == steps) dax::reset_peak_memory();
     const Batch b = make_batch(text, c, gen);
     const dax::Shape shape{c.tokens()};
-    const auto ids = dax::device_put(b.ids, shape, layout.tokens());
-    const auto labels = dax::device_put(b.labels, shape, layout.tokens());
-    const auto positions = dax::device_put(b.positions, shape, layout.tokens());
+    // With --cp the tokens in the order they are split (lm::context_order); the loss is their mean.
+    const auto ids = dax::device_put(lm::context_order(c, layout, b.ids), shape, layout.tokens());
+    const auto labels = dax::device_put(lm::context_order(c, layout, b.labels), shape, layout.tokens());
+    const auto positions = dax::device_put(lm::context_order(c, layout, b.positions), shape, layout.tokens());
     dax::comm_stats().reset();
     lm::moe_rows_moved() = 0;
     // Every move an op made of an input on its own (docs/sharding.md "Explicit sharding").
@@ -309,12 +313,19 @@ struct Options {
   double aux_weight = 0.01;     // --aux-weight W: the load-balancing loss's weight (Config::aux_weight)
   int64_t data = 0, model = 0;  // the mesh's axes; 0: the default for the job's size
   int64_t pp = 1;               // --pp: pipeline stages (a 'stage' axis between 'data' and 'model')
+  int64_t cp = 1;               // --cp: context parallelism (a 'context' axis between 'data' and 'model')
   int64_t simulate = 0;         // --simulate N: plan one step on N simulated devices (dax::simulate)
   int64_t simulate_device = 0;  // --device D: the simulated device to report
   std::string schedule = "1F1B";
   int64_t microbatches = 0, virtual_stages = 0;  // 0: 2 * pp microbatches; 2 virtual stages if interleaved
   std::string error;            // empty when the options are usable
 };
+
+/// The mesh of a run without --pp: (data, model), with --cp (data, context, model).
+dax::Mesh run_mesh(const Options& o) {
+  return o.cp > 1 ? dax::Mesh({o.data, o.cp, o.model}, {"data", "context", "model"})
+                  : dax::Mesh({o.data, o.model}, {"data", "model"});
+}
 
 Options parse_options(int argc, char** argv, int ranks) {
   Options o;
@@ -332,12 +343,13 @@ Options parse_options(int argc, char** argv, int ranks) {
     if (flag == "--fsdp") o.fsdp = true;
     else if (flag == "--sp") o.sp = true;
     else if (!has_value && (flag == "--steps" || flag == "--layers" || flag == "--d-model" || flag == "--heads" ||
-                            flag == "--seq" || flag == "--batch" || flag == "--mesh" || flag == "--pp" ||
+                            flag == "--seq" || flag == "--batch" || flag == "--mesh" || flag == "--pp" || flag == "--cp" ||
                             flag == "--schedule" || flag == "--microbatches" || flag == "--virtual-stages" ||
                             flag == "--moe" || flag == "--top-k" || flag == "--aux-weight" ||
                             flag == "--simulate" || flag == "--device" || flag == "--precision"))
       why << flag << " needs a value; ";
     else if (flag == "--pp") positive("--pp", argv[++i], o.pp);
+    else if (flag == "--cp") positive("--cp", argv[++i], o.cp);
     else if (flag == "--simulate") positive("--simulate", argv[++i], o.simulate);
     else if (flag == "--precision") {
       const std::string p = argv[++i];
@@ -399,22 +411,34 @@ Options parse_options(int argc, char** argv, int ranks) {
   if (o.simulate > 0 && o.simulate_device >= o.simulate)
     why << "--device " << o.simulate_device << " is not one of the " << o.simulate << " simulated devices; ";
   if (o.simulate == 0 && o.simulate_device != 0) why << "--device needs --simulate N; ";
-  if (why.str().empty() && ranks % o.pp != 0)
-    why << "--pp " << o.pp << " does not divide the job's " << ranks << " ranks; ";
+  if (why.str().empty() && ranks % (o.pp * o.cp) != 0)
+    why << (o.cp > 1 ? "--cp " + std::to_string(o.cp) + (o.pp > 1 ? " x " : "") : "")
+        << (o.pp > 1 || o.cp == 1 ? "--pp " + std::to_string(o.pp) : "") << " does not divide the job's " << ranks << " ranks; ";
+  if (o.cp > 1) {  // ring attention over 'context' (what it is not combined with yet, and why)
+    if (o.pp > 1) why << "--cp with --pp is not offered yet; ";
+    if (o.sp) why << "--cp with --sp is not offered yet (both split the sequence); ";
+    if (o.fsdp) why << "--cp with --fsdp is not offered yet (its bytes are not checked); ";
+    if (o.moe > 0) why << "--cp with --moe is not offered yet; ";
+    if (c.seq % (2 * o.cp) != 0)
+      why << "--cp " << o.cp << " needs --seq (" << c.seq << ") to divide into 2 x " << o.cp << " zigzag chunks; ";
+  }
   if (why.str().empty()) {
-    const int64_t per_stage = ranks / o.pp;  // the devices of one stage: data x model
+    const int64_t per_stage = ranks / (o.pp * o.cp);  // the devices of one stage's context block: data x model
     if (o.data == 0 && o.model == 0) o.model = per_stage % 2 == 0 ? 2 : 1;
     if (o.data == 0 && per_stage % o.model == 0) o.data = per_stage / o.model;
     if (o.model == 0 && per_stage % o.data == 0) o.model = per_stage / o.data;
-    if (o.data * o.model * o.pp != ranks)
+    if (o.data * o.model * o.pp * o.cp != ranks)
       why << "--mesh data=" << o.data << ",model=" << o.model << (o.pp > 1 ? " with --pp " + std::to_string(o.pp) : "")
-          << " has " << o.data * o.model * o.pp << " devices, but the job has " << ranks
+          << (o.cp > 1 ? " with --cp " + std::to_string(o.cp) : "") << " has " << o.data * o.model * o.pp * o.cp
+          << " devices, but the job has " << ranks
           << (o.simulate > 0 ? " simulated devices; " : " ranks; ");
     if (o.microbatches == 0) o.microbatches = o.pp == 1 ? 1 : 2 * o.pp;
     const bool interleaved = *kind == dax::pipeline::ScheduleKind::interleaved_1f1b;
     if (o.virtual_stages == 0) o.virtual_stages = interleaved ? 2 : 1;
     if (o.pp > 1 && c.batch % o.microbatches != 0)
       why << "--microbatches " << o.microbatches << " does not divide --batch " << c.batch << "; ";
+    else if (o.cp > 1 && c.batch % o.data != 0)
+      why << "with --cp the data axis (" << o.data << ") must divide --batch " << c.batch << "; ";
     else if (o.pp > 1 && (c.batch / o.microbatches) % o.data != 0)
       why << "the data axis (" << o.data << ") must divide a microbatch's " << c.batch / o.microbatches
           << " rows; ";
@@ -558,7 +582,7 @@ int simulated_main(const Options& o, bool root) {
   const auto start = std::chrono::steady_clock::now();
   const dax::MetaDevices devices{.count = static_cast<int>(o.simulate), .device = static_cast<int>(o.simulate_device)};
   const dax::SimulationReport report = dax::simulate(devices, [&] {
-    const lm::Layout layout{dax::Mesh({o.data, o.model}, {"data", "model"}), o.fsdp, o.sp};
+    const lm::Layout layout{run_mesh(o), o.fsdp, o.sp};
     Run run = train(c, layout, text, 1, false);
     dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, *run.params);
     bytes = lm::check_step_bytes(c, layout, *run.params, run.last_step, static_cast<int>(o.simulate_device),
@@ -590,7 +614,7 @@ int main(int argc, char** argv) {
     if (root)
       std::cerr << "transformer_lm: " << options.error << "\n"
                 << "usage: transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]"
-                   " [--mesh data=X,model=Y] [--fsdp] [--sp] [--moe E [--top-k K] [--aux-weight W]]"
+                   " [--mesh data=X,model=Y] [--fsdp] [--sp] [--cp N] [--moe E [--top-k K] [--aux-weight W]]"
                    " [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1]"
                    " [--microbatches M] [--virtual-stages V]] [--precision f32|bf16|f16] [--simulate N [--device D]]\n";
     return 2;
@@ -600,7 +624,7 @@ int main(int argc, char** argv) {
   const int steps = options.steps;
   const bool fsdp = options.fsdp;
   const int n = rt.size();
-  const lm::Layout layout{dax::Mesh({options.data, options.model}, {"data", "model"}), fsdp, options.sp};
+  const lm::Layout layout{run_mesh(options), fsdp, options.sp};
   if (options.pp > 1) return pipelined_main(options, root);
   const std::string text = make_text(1 << 16);
   const double entropy = unigram_entropy(text);
@@ -608,7 +632,8 @@ int main(int argc, char** argv) {
     std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads
               << " heads, vocabulary " << c.vocab << ", sequence " << c.seq << ", batch " << c.batch << ", "
               << steps << " AdamW steps on " << layout.mesh << (fsdp ? " with FSDP" : "")
-              << (layout.sp ? " with sequence parallelism" : "") << experts_text(c)
+              << (layout.sp ? " with sequence parallelism" : "")
+              << (layout.context() ? " with context parallelism (ring attention)" : "") << experts_text(c)
               << (c.compute == dax::DType::float32 ? "" : ", products in " + dax::to_string(c.compute) + " (float32 master weights)")
               << "\n"
               << "training text: " << text.size() << " bytes, unigram entropy " << entropy << " nats\n"
@@ -655,9 +680,13 @@ int main(int argc, char** argv) {
       std::cout << "FSDP (all-gather + reduce-scatter over data): " << bytes.fsdp << " B, formula 2(n-1)/n * |W| = "
                 << bytes.formula.fsdp << " B\n";
     else
-      std::cout << "data parallel (all-reduce over data, the scalars included): " << bytes.data_parallel
+      std::cout << "data parallel (all-reduce over " << (layout.context() ? "data x context" : "data")
+                << ", the scalars included): " << bytes.data_parallel
                 << " B, formula 2(n-1)/n * |W|" << (layout.sp ? " (SP: over data and model for the norms, biases and wpe)" : "")
                 << " = " << bytes.formula.data_parallel << " B\n";
+    if (layout.context())
+      std::cout << "context parallel (ring attention's ppermutes over context): " << bytes.context
+                << " B, formula L x 4(c-1) x |k or v block| = " << bytes.formula.context << " B\n";
     if (c.experts > 0)
       std::cout << "experts (all_to_allv over data): " << bytes.experts << " B, formula 2 x " << run.moe_rows
                 << " rows sent or received x d_model x 4 = " << bytes.experts_formula << " B\n";

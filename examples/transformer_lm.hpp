@@ -94,12 +94,20 @@ struct Layout {
   dax::NamedSharding stored(const std::string& path, const dax::Shape& shape) const {
     return fsdp ? dax::optim::shard_over("data")(path, compute(path), shape) : compute(path);
   }
-  dax::NamedSharding tokens() const { return {mesh, dax::P("data")}; }              // ids, labels
+  /// Context parallelism (--cp): the mesh has a 'context' axis, the tokens are split over 'data'
+  /// and then 'context' (each device its rows' zigzag chunks of the sequence: context_order), and
+  /// attention is ring attention over 'context'.
+  bool context() const { return mesh.find_axis("context") >= 0; }
+  /// The axes that split the tokens (the batch rows, and with --cp the sequence).
+  dax::PartitionSpec::Entry token_axes() const {
+    return context() ? dax::PartitionSpec::Entry(dax::axes("data", "context")) : dax::PartitionSpec::Entry("data");
+  }
+  dax::NamedSharding tokens() const { return {mesh, dax::P(token_axes())}; }  // ids, labels
   /// Token positions split like the residual stream's rows.
   dax::NamedSharding residual_tokens() const {
     return sp ? dax::NamedSharding{mesh, dax::P(dax::axes("data", "model"))} : tokens();
   }
-  dax::NamedSharding activations() const { return {mesh, dax::P("data", dax::none)}; }  // (tokens, d)
+  dax::NamedSharding activations() const { return {mesh, dax::P(token_axes(), dax::none)}; }  // (tokens, d)
   /// The residual stream (tokens, d): the activations' layout, or with sequence parallelism the
   /// tokens split over 'data' and then 'model'.
   dax::NamedSharding residual() const {
@@ -186,6 +194,26 @@ Array mm(const Config& c, const Array& a, const Array& b, const Out&... out) {
   return in_compute_type(c, [&]<class T>() { return to_float(dax::matmul(to_compute<T>(a), to_compute<T>(b), out...)); });
 }
 
+/// Attention with context parallelism (--cp): q, k, v projected on each device's own tokens
+/// (its rows' zigzag chunks) and heads, then ring attention over 'context' on each device's rows
+/// reshaped to (rows, chunks, heads, head_dim) blocks, inside shard_map; the output (tokens, d)
+/// laid out as q.
+template <class T>
+dax::DistArray<T> ring(const Config& c, const Layout& layout, const dax::DistArray<T>& x, const Layer& p, double scale) {
+  const auto q = dax::matmul(x, to_compute<T>(p.wq)), k = dax::matmul(x, to_compute<T>(p.wk)),
+             v = dax::matmul(x, to_compute<T>(p.wv));
+  const dax::PartitionSpec spec(layout.token_axes(), "model");
+  const int64_t rows = c.batch / layout.mesh.axis_size("data"), block = c.seq / layout.mesh.axis_size("context");
+  return dax::shard_map(
+      [&](const dax::DistArray<T>& qb, const dax::DistArray<T>& kb, const dax::DistArray<T>& vb) {
+        const dax::Shape blocks{rows, block, qb.shape()[1] / c.head_dim(), c.head_dim()};
+        const auto o = dax::parallel::ring_attention_shard(dax::reshape(qb, blocks), dax::reshape(kb, blocks),
+                                                           dax::reshape(vb, blocks), "context", true, scale);
+        return dax::reshape(o, qb.shape());
+      },
+      layout.mesh, {spec, spec, spec}, spec)(q, k, v);
+}
+
 /// Causal self-attention of x (tokens, d, on the residual stream's layout), heads split over 'model'.
 /// Between the input's cast and the output projection everything stays in the compute type, as
 /// torch.autocast keeps it: the projections, the scores, their softmax (computed in float inside
@@ -193,11 +221,13 @@ Array mm(const Config& c, const Array& a, const Array& b, const Out&... out) {
 inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& normed) {
   return in_compute_type(c, [&]<class T>() {
     const auto x = to_compute<T>(layout.gathered_input(normed));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
+    if (layout.context())  // row-parallel output: one all-reduce
+      return to_float(dax::matmul(ring(c, layout, x, p, scale), to_compute<T>(p.wo), layout.residual())) + p.bo;
     const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
     const auto q = dax::reshape(dax::matmul(x, to_compute<T>(p.wq)), heads_shape);
     const auto k = dax::reshape(dax::matmul(x, to_compute<T>(p.wk)), heads_shape);
     const auto v = dax::reshape(dax::matmul(x, to_compute<T>(p.wv)), heads_shape);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
     const auto probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", q, k), scale);
     const auto out = dax::reshape(dax::einsum("bhqk,bkhe->bqhe", probs, v), {c.tokens(), c.d_model});
     // row-parallel: one all-reduce (SP: reduce-scatter)
@@ -327,12 +357,33 @@ Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, 
   return x;
 }
 
+/// A batch's values (rows of c.seq, row-major) in the order the tokens lie with context parallelism
+/// (Layout::tokens splits them over 'data' and then 'context'): data group by data group, context
+/// block by block, each block its rows' zigzag chunks (dax::parallel::zigzag_order: chunks i and
+/// 2c-1-i of every row). Ids, labels and positions alike; without a 'context' axis, unchanged.
+template <class V>
+std::vector<V> context_order(const Config& c, const Layout& layout, const std::vector<V>& values) {
+  if (!layout.context()) return values;
+  const int64_t groups = layout.mesh.axis_size("data"), blocks = layout.mesh.axis_size("context");
+  const int64_t rows = c.batch / groups, block = c.seq / blocks;
+  const std::vector<int64_t> zigzag = dax::parallel::zigzag_order(c.seq, static_cast<int>(blocks));
+  std::vector<V> out;
+  out.reserve(values.size());
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < block; ++t)
+          out.push_back(values[static_cast<size_t>((g * rows + r) * c.seq + zigzag[static_cast<size_t>(b * block + t)])]);
+  return out;
+}
+
 /// DESIGN §6's bytes for one training step, received per device (ring collectives).
 struct StepBytes {
   double megatron = 0;  // all-reduces of activations over 'model'
   double data_parallel = 0;  // all-reduce of the gradients over 'data' (without FSDP)
   double fsdp = 0;  // all-gather of the parameters + reduce-scatter of the gradients over 'data'
-  double total() const { return megatron + data_parallel + fsdp; }
+  double context = 0;  // --cp: ring attention's k and v blocks around 'context', forward and back
+  double total() const { return megatron + data_parallel + fsdp + context; }
 };
 
 /// `tokens_here`: the tokens of one device's piece of the batch; `pieces_bytes`: the bytes of its
@@ -352,8 +403,15 @@ inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tok
       per_layer * static_cast<double>(c.layers) * compute_share + 1 + per_layer * static_cast<double>(c.layers) + 1;
   StepBytes b;
   b.megatron = activation_reduces * 2 * (n_model - 1) / n_model * activation;
+  // With --cp the gradients sum over the tokens of data x context; each layer's ring attention
+  // passes its k and v blocks (this device's tokens x its heads' width) c - 1 steps forward and
+  // their gradients c - 1 steps back (the tape's backward), in the compute type.
+  const double n_context = layout.context() ? static_cast<double>(layout.mesh.axis_size("context")) : 1;
+  const double n_tokens = n_data * n_context;
   if (layout.fsdp) b.fsdp = 2 * (n_data - 1) / n_data * pieces_bytes;
-  else b.data_parallel = 2 * (n_data - 1) / n_data * pieces_bytes;
+  else b.data_parallel = 2 * (n_tokens - 1) / n_tokens * pieces_bytes;
+  const double block = tokens_here * static_cast<double>(c.d_model) / n_model * static_cast<double>(dax::itemsize(c.compute));
+  b.context = static_cast<double>(c.layers) * 4 * (n_context - 1) * block;
   return b;
 }
 
@@ -430,6 +488,7 @@ struct BytesCheck {
   double data_parallel = 0;  // all-reduces over 'data' (with SP, over 'data' and 'model' too)
   double fsdp = 0;           // all-gathers + reduce-scatters over 'data'
   double sequence_parallel = 0;  // with SP: the reduce-scatters and all-gathers over 'model' (in `megatron` too)
+  double context = 0;        // with --cp: ppermutes over 'context' (ring attention)
   double experts = 0, experts_formula = 0;  // with experts: all_to_allv over 'data', and 2 x the rows
                                             // moved (sent + received) x d_model x 4: each goes there
                                             // and back, forward and backward
@@ -457,6 +516,11 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   b.cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4;
   b.megatron = static_cast<double>(stats.of("all_reduce", "('model',)").bytes) - b.cross_entropy;
   b.data_parallel = static_cast<double>(stats.of("all_reduce", "('data',)").bytes);
+  if (layout.context()) {  // the gradients over data x context; ring attention's blocks over 'context'
+    b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'context')").bytes +
+                                           stats.of("all_reduce", "('context',)").bytes);
+    b.context = static_cast<double>(stats.of("ppermute", "('context',)").bytes);
+  }
   if (layout.sp) {
     // Each Megatron all-reduce is a reduce-scatter and an all-gather; the sequence-summed
     // gradients are reduced over data x model together.
@@ -500,7 +564,8 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   const bool activations_ok = b.megatron <= b.formula.megatron + BytesCheck::tolerance;
   b.experts = static_cast<double>(stats.of("all_to_allv", "('data',)").bytes);
   b.experts_formula = 2.0 * static_cast<double>(moe_rows) * static_cast<double>(c.d_model) * 4;
-  b.ok = !b.checkable || (weights_ok && activations_ok && b.experts == b.experts_formula);
+  b.ok = !b.checkable ||
+         (weights_ok && activations_ok && b.experts == b.experts_formula && b.context == b.formula.context);
   if (!b.checkable)
     b.regime = c.batch % n_data != 0 ? "not checked: the data axis does not divide the batch"
                : !even                ? "not checked: FSDP splits some parameters unevenly over the data axis"

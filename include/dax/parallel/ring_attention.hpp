@@ -321,6 +321,23 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
   return custom_vjp("ring_attention", forward, backward)(q, k, v);
 }
 
+/// ring_attention's body for a caller already inside shard_map over a mesh with `axis`: q, k, v
+/// this device's (batch, block, heads, head_dim) blocks of the sequence (in zigzag_order when
+/// causal), the result this device's output block. For models whose tokens are laid out flat
+/// (batch x sequence rows, as examples/transformer_lm's with --cp): they reshape their own rows
+/// to blocks and back. The backward is the tape's: 2(c-1) blocks of k and v each way.
+template <class T>
+DistArray<T> ring_attention_shard(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
+                                  const std::string& axis, bool causal = true, double scale = 0) {
+  DAX_CHECK(q.ndim() == 4 && k.shape() == q.shape() && v.shape() == q.shape(),
+            "ring_attention_shard: expected q, k, v blocks of one shape (batch, block, heads, head_dim), got ",
+            to_string(q.shape()), ", ", to_string(k.shape()), ", ", to_string(v.shape()));
+  DAX_CHECK(!causal || q.shape()[1] % 2 == 0, "ring_attention_shard: a causal block holds two zigzag chunks, so its ",
+            "length must be even, got ", q.shape()[1]);
+  const double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  return detail::ring_attention_block(q, k, v, axis, causal, s);
+}
+
 /// ring_attention(q, k, v, axis, {causal, scale}).
 template <class T>
 DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
