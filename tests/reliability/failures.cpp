@@ -12,6 +12,8 @@
 //   failures leave        -- rank 1 returns from main while rank 0 sums
 //   failures leave_group  -- rank 1 returns from main while rank 0 creates a new group
 //   failures exit         -- rank 1 calls exit(0) while rank 0 sums
+//   failures oom          -- rank 1 runs out of memory (an array of 128 TiB on a mesh of its own,
+//                            past any address space) and does not catch it; rank 0 waits in a sum
 //   failures ok           -- a correct program: must finish with exit code 0
 #include <dax/dax.hpp>
 
@@ -66,6 +68,12 @@ int main(int argc, char** argv) {
     } else {
       sink = sink + dax::sum(x * 2.0f).local_data()[0];
     }
+  } else if (mode == "oom") {
+    if (rt.rank() == 1) {
+      const dax::Mesh alone({1}, {"solo"}, {1});
+      sink = sink + dax::zeros<float>({int64_t(1) << 45}, dax::NamedSharding(alone, dax::P())).local_data()[0];
+    }
+    sink = sink + dax::sum(x).local_data()[0];
   } else if (mode != "ok") {
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
     return 2;

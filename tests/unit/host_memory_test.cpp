@@ -127,3 +127,41 @@ TEST_CASE("peer mappings stay valid while in use, and trim keeps the most recent
   for (size_t i = count - 3; i < count; ++i) REQUIRE(reinterpret_cast<int*>(mapped[i])[7] == static_cast<int>(1000 + i));
   for (void* p : made) blocks.destroy(p);
 }
+
+TEST_CASE("an allocation that fails leaves the counters as they were and says what dax held", "[memory]") {
+  // A raw memory of 1000 bytes: the caching allocator's retry after returning its cache fails too.
+  struct Small {
+    size_t held = 0;
+    void* allocate(size_t bytes) {
+      DAX_CHECK(held + bytes <= 1000, "test memory: out of memory allocating ", bytes, " bytes");
+      held += bytes;
+      return ::operator new(bytes);
+    }
+    void deallocate(void* p, size_t bytes) {
+      held -= bytes;
+      ::operator delete(p);
+    }
+  };
+  auto allocator = std::make_shared<dax::detail::CachingAllocator<Small>>();
+  void* kept = allocator->allocate(512);
+  void* cached = allocator->allocate(256);
+  allocator->deallocate(cached, 256);  // cached: given back to Small before the retry
+  const auto before = allocator->stats();
+  try {
+    allocator->allocate(900);
+    FAIL("900 bytes more fit in a memory of 1000");
+  } catch (const dax::Error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("test memory: out of memory allocating 1024 bytes; dax held 512 bytes in use here (peak 768 "
+                    "requested) and returned its cache of 256 bytes before trying again") == 0);
+  }
+  const auto after = allocator->stats();
+  CHECK(after.bytes_in_use == before.bytes_in_use);
+  CHECK(after.bytes_requested == before.bytes_requested);
+  CHECK(after.peak_bytes_requested == before.peak_bytes_requested);
+  CHECK(after.requests == before.requests);
+  CHECK(after.system_allocations == before.system_allocations);
+  CHECK(after.bytes_cached == 0);
+  allocator->deallocate(kept, 512);
+}

@@ -8,8 +8,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include <dax/core/error.hpp>
 
 namespace dax::detail {
 
@@ -47,6 +51,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   void* allocate(size_t bytes, bool shared = false) {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
+    const int64_t peak_before = stats_.peak_bytes_requested;
     ++stats_.requests;
     stats_.bytes_in_use += static_cast<int64_t>(size);
     stats_.bytes_requested += static_cast<int64_t>(bytes);
@@ -62,8 +67,23 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     try {
       return raw_allocate(size, shared);
     } catch (...) {  // out of memory: return every cached block, then try once more
-      release_cached_locked();
+    }
+    const int64_t cached = stats_.bytes_cached;
+    release_cached_locked();
+    try {
       return raw_allocate(size, shared);
+    } catch (const std::exception& e) {
+      // The request never happened (the counters stay true for a caller that catches this), and
+      // the error says what dax itself held: a leak or a cache shows here, another library's
+      // memory does not.
+      stats_.bytes_in_use -= static_cast<int64_t>(size);
+      stats_.bytes_requested -= static_cast<int64_t>(bytes);
+      --stats_.requests;
+      --stats_.system_allocations;
+      stats_.peak_bytes_requested = peak_before;
+      throw Error(std::string(e.what()) + "; dax held " + std::to_string(stats_.bytes_in_use) +
+                  " bytes in use here (peak " + std::to_string(stats_.peak_bytes_requested) +
+                  " requested) and returned its cache of " + std::to_string(cached) + " bytes before trying again");
     }
   }
 
