@@ -7,7 +7,8 @@
 // `<root>/step_<n>.partial`, which one rename makes `<root>/step_<n>` once every rank has written
 // its pieces; then `<root>/latest` (the step's number) is replaced by a rename too. A run killed
 // while saving leaves the previous steps and `latest` as they were and a `.partial` folder, clearly
-// named, which the next save removes. The manager's work on folders is done by rank 0, every other
+// named, which the next save removes; a step the policy drops is renamed so before it is removed.
+// tests/reliability/kill_save.sh kills runs while they save and checks all of this. The manager's work on folders is done by rank 0, every other
 // rank waiting; errors are agreed on and thrown on every rank alike (io/coordination.hpp).
 #pragma once
 
@@ -222,7 +223,13 @@ class CheckpointManager {
       const int64_t s = all[i];
       const bool recent = policy_.keep_last == 0 || n - i <= static_cast<size_t>(policy_.keep_last);
       const bool milestone = policy_.keep_every > 0 && s % policy_.keep_every == 0;
-      if (s != newest && !recent && !milestone) std::filesystem::remove_all(step_folder(s));
+      if (s == newest || recent || milestone) continue;
+      // Renamed first: a run killed inside remove_all leaves a folder named unfinished (which the
+      // next save removes), never half a step under a step's name.
+      const std::filesystem::path doomed = root_ / ("step_" + std::to_string(s) + ".partial");
+      std::filesystem::remove_all(doomed);
+      std::filesystem::rename(step_folder(s), doomed);
+      std::filesystem::remove_all(doomed);
     }
   }
 
