@@ -419,6 +419,9 @@ Options parse_options(int argc, char** argv, int ranks) {
     if (o.sp) why << "--cp with --sp is not offered yet (both split the sequence); ";
     if (o.fsdp) why << "--cp with --fsdp is not offered yet (its bytes are not checked); ";
     if (o.moe > 0) why << "--cp with --moe is not offered yet; ";
+    if (o.config.compute != dax::DType::float32)  // ring attention's softmax statistics would be 16-bit
+      why << "--cp with --precision bf16 / f16 is not offered yet (ring attention would keep its softmax sums "
+             "in 16 bits); ";
     if (c.seq % (2 * o.cp) != 0)
       why << "--cp " << o.cp << " needs --seq (" << c.seq << ") to divide into 2 x " << o.cp << " zigzag chunks; ";
   }

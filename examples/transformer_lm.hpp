@@ -565,7 +565,8 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   b.experts = static_cast<double>(stats.of("all_to_allv", "('data',)").bytes);
   b.experts_formula = 2.0 * static_cast<double>(moe_rows) * static_cast<double>(c.d_model) * 4;
   b.ok = !b.checkable ||
-         (weights_ok && activations_ok && b.experts == b.experts_formula && b.context == b.formula.context);
+         (weights_ok && activations_ok && b.experts == b.experts_formula &&
+          std::abs(b.context - b.formula.context) <= BytesCheck::tolerance);
   if (!b.checkable)
     b.regime = c.batch % n_data != 0 ? "not checked: the data axis does not divide the batch"
                : !even                ? "not checked: FSDP splits some parameters unevenly over the data axis"

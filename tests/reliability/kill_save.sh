@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kill_save.sh ROUNDS PROGRAM LAUNCHER...: checkpoints survive SIGKILL (issue 46, part 2). Each round
 # starts `LAUNCHER -np 2 PROGRAM save ROOT` (a CheckpointManager saving a 4 MB tree step after
-# step), waits for its first save of the round plus a random 0-0.6 s, and SIGKILLs one of its ranks
+# step), waits for its first save of the round plus a random 0-0.69 s, and SIGKILLs one of its ranks
 # (even rounds) or every rank (odd rounds); then `PROGRAM check ROOT` at 1 or 3 ranks (alternating)
 # must find every complete step restoring bit-exact, `latest` naming one, and nothing under ROOT
 # but steps, the marker and clearly unfinished names. The next round resumes from the latest step.
@@ -18,7 +18,7 @@ survived=0
 for ((r = 1; r <= rounds; r++)); do
   "${launcher[@]}" -np 2 --oversubscribe "$program" save "$root" >"$out" 2>&1 &
   job=$!
-  before=$(grep -c '^saved' "$out")
+  before=0  # $out is the launcher's new file (truncated by the redirection above)
   for ((t = 0; t < 300; t++)); do  # up to 30 s for the first save of the round
     [ "$(grep -c '^saved' "$out")" -gt "$before" ] && break
     kill -0 "$job" 2>/dev/null || break

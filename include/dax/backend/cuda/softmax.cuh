@@ -36,7 +36,7 @@ __global__ void softmax_rows_kernel(const T* x, SoftmaxRows geo, T* y) {
       if (t > m) {
         s = s * exp(m - t) + C(1);
         m = t;
-      } else {
+      } else if (t != lowest) {  // a -inf score (an additive mask) adds nothing; exp(-inf - -inf) is NaN
         s += exp(t - m);
       }
     }
