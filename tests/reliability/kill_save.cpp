@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -89,7 +90,12 @@ int main(int argc, char** argv) {
   if (mode != "check") return 2;
   const State like = state_at(0, mesh);
   const std::vector<int64_t> steps = manager.steps();
-  const std::optional<int64_t> latest = manager.latest_step();
+  // The marker itself (latest_step() would fall back to the newest step if it named none).
+  std::optional<int64_t> latest;
+  if (std::ifstream marker(root / "latest"); marker) {
+    long long step = -1;
+    if (marker >> step) latest = step;
+  }
   // `latest` is written after a step's folder gets its name: a run killed between the two leaves
   // it naming the step before, which is where the run resumes (and the newer step is saved again).
   bool ok = !steps.empty() && latest && std::find(steps.begin(), steps.end(), *latest) != steps.end();
