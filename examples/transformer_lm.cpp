@@ -278,7 +278,8 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
   constexpr double tolerance = 64;  // the scalars: the loss's mean and the clipping norm
   if (fsdp) {
     report.data_parallel = double(st.of("all_gather", "('data',)").bytes + st.of("reduce_scatter", "('data',)").bytes);
-    report.data_formula = m * 2 * (n_data - 1) / n_data * pieces;  // gathered again for each microbatch
+    // Gathered again for each microbatch, in the compute type; reduce-scattered in float32.
+    report.data_formula = m * (lm::compute_share(c) + 1) * (n_data - 1) / n_data * pieces;
   } else {
     report.data_parallel = double(st.of("all_reduce", "('data',)").bytes + st.of("all_reduce", "('data', 'model')").bytes);
     double sp_pieces = 0;  // with SP, the gradients summed over the residual stream's tokens
@@ -534,9 +535,11 @@ int pipelined_main(const Options& o, bool root) {
   // few percent (--aux-weight 0 makes them the same model again).
   const double tolerance = c.experts > 0 && c.aux_weight > 0 ? 0.05 : c.compute == dax::DType::bfloat16 ? 1e-2 : 1e-3;
   if (root) {
-    if (tolerance > 1e-3)
+    if (c.experts > 0 && c.aux_weight > 0)
       std::cout << "(the load-balancing loss is per microbatch here and per batch on one device: losses checked to "
                 << tolerance << ")\n";
+    else if (tolerance > 1e-3)
+      std::cout << "(bfloat16 products: losses checked to " << tolerance << ")\n";
     std::vector<int> checked{1, std::min(50, o.steps), o.steps};
     checked.erase(std::unique(checked.begin(), checked.end()), checked.end());
     for (int step : checked) {
@@ -677,10 +680,15 @@ int main(int argc, char** argv) {
                 << " -> " << dax::to_string(m.to.spec()) << ": " << m.bytes << " B\n";
     std::cout << "Megatron activations (" << (layout.sp ? "reduce-scatter + all-gather + " : "")
               << "all-reduce over model, less the cross-entropy's " << bytes.cross_entropy << " B): " << bytes.megatron
-              << " B, formula " << (c.compute == dax::DType::float32 ? "(4L+2)" : "(2L/2 + 2L + 2, the forward's in 16 bits)")
-              << " * 2(m-1)/m * |activation| = " << bytes.formula.megatron << " B\n";
+              << " B, formula "
+              << (c.compute == dax::DType::float32 ? "(4L+2) * 2(m-1)/m"
+                  : layout.sp ? "(2L(3s+1) + 3 + s, s = 1/2: the 16-bit moves) * (m-1)/m"
+                              : "(2L/2 + 2L + 2, the forward's in 16 bits) * 2(m-1)/m")
+              << " * |activation| = " << bytes.formula.megatron << " B\n";
     if (fsdp)
-      std::cout << "FSDP (all-gather + reduce-scatter over data): " << bytes.fsdp << " B, formula 2(n-1)/n * |W| = "
+      std::cout << "FSDP (all-gather + reduce-scatter over data): " << bytes.fsdp << " B, formula "
+                << (c.compute == dax::DType::float32 ? "2(n-1)/n" : "(1/2 + 1)(n-1)/n, gathered in 16 bits,")
+                << " * |W| = "
                 << bytes.formula.fsdp << " B\n";
     else
       std::cout << "data parallel (all-reduce over " << (layout.context() ? "data x context" : "data")

@@ -48,6 +48,9 @@ struct Config {
   int top_k = 2;            // the experts each token goes to
   float aux_weight = 0.01f;  // the load-balancing loss's weight (Switch Transformer's)
   dax::DType compute = dax::DType::float32;  // the products' type (--precision); parameters stay float32
+  /// The mixed-precision policy of --precision: float32 master weights and output, products in
+  /// `compute`, FSDP's gathers in `compute`, gradients summed in float32 (torchtitan's default).
+  dax::optim::Precision precision() const { return {.compute = compute}; }
   int64_t hidden() const { return 4 * d_model; }
   int64_t head_dim() const { return d_model / heads; }
   int64_t tokens() const { return batch * seq; }
@@ -155,13 +158,13 @@ inline Model init(const Config& c, const Layout& layout, uint64_t seed) {
                constant("lnf_b", {d}, 0), normal("head", {d, c.vocab}, 0.02f)};
 }
 
-/// Every parameter at its compute layout: with FSDP, one all-gather over 'data' each (the tape
-/// keeps the gathered copy for the backward, whose pullback reduce-scatters the gradient).
+/// Every parameter at its compute layout: with FSDP, one all-gather over 'data' each, in the
+/// policy's compute type (--precision bf16: half the bytes; the tape keeps the gathered copy for
+/// the backward, whose pullback reduce-scatters the gradient in float32).
 template <class Tree>
-Tree gathered(const Tree& stored, const Layout& layout) {
+Tree gathered(const Config& c, const Tree& stored, const Layout& layout) {
   if (!layout.fsdp) return stored;
-  return dax::tree_map_with_path(
-      [&](const std::string& path, const Array& p) { return dax::reshard(p, layout.compute(path)); }, stored);
+  return c.precision().gather(stored, [&](const std::string& path, const Array&) { return layout.compute(path); });
 }
 
 /// An array in the compute type T (float: itself) and back: under --precision bf16 / f16 the
@@ -177,6 +180,15 @@ Array to_float(const dax::DistArray<T>& a) {
   else return dax::astype<float>(a);
 }
 
+/// A column-parallel product's input in the compute type T: with sequence parallelism gathered
+/// over 'model' in T's bytes (its gradient reduce-scattered back in float32: cast_reshard), else
+/// converted where it is.
+template <class T>
+dax::DistArray<T> compute_input(const Layout& layout, const Array& x) {
+  if constexpr (std::is_same_v<T, float>) return layout.gathered_input(x);
+  else return layout.sp ? dax::cast_reshard<T>(x, layout.activations()) : dax::astype<T>(x);
+}
+
 /// f.template operator()<T>() with T the compute type of c.
 template <class F>
 Array in_compute_type(const Config& c, F&& f) {
@@ -185,13 +197,12 @@ Array in_compute_type(const Config& c, F&& f) {
   return f.template operator()<float>();
 }
 
-/// a @ b in the compute type (--precision bf16 / f16: mixed precision, docs/training.md), the
-/// product converted back to float32. Megatron's row-parallel all-reduce (an `out` sharding) then
-/// runs in the compute type; the gradients, widened back to float32 before they are summed, are
-/// reduced in float32 (dax::astype keeps partial sums through a widening conversion).
-template <class... Out>
-Array mm(const Config& c, const Array& a, const Array& b, const Out&... out) {
-  return in_compute_type(c, [&]<class T>() { return to_float(dax::matmul(to_compute<T>(a), to_compute<T>(b), out...)); });
+/// a @ b in the compute type (--precision bf16 / f16: mixed precision, docs/training.md) with a
+/// the input of a column-parallel product (compute_input), the product converted back to float32.
+/// The gradients, widened back to float32 before they are summed, are reduced in float32
+/// (dax::astype keeps partial sums through a widening conversion).
+inline Array mm(const Config& c, const Layout& layout, const Array& a, const Array& b) {
+  return in_compute_type(c, [&]<class T>() { return to_float(dax::matmul(compute_input<T>(layout, a), to_compute<T>(b))); });
 }
 
 /// Attention with context parallelism (--cp): q, k, v projected on each device's own tokens
@@ -220,7 +231,7 @@ dax::DistArray<T> ring(const Config& c, const Layout& layout, const dax::DistArr
 /// the kernel) and the weighted values.
 inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& normed) {
   return in_compute_type(c, [&]<class T>() {
-    const auto x = to_compute<T>(layout.gathered_input(normed));
+    const auto x = compute_input<T>(layout, normed);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
     if (layout.context())  // row-parallel output: one all-reduce
       return to_float(dax::matmul(ring(c, layout, x, p, scale), to_compute<T>(p.wo), layout.residual())) + p.bo;
@@ -263,7 +274,7 @@ inline Array mlp(const Config& c, const Layout& layout, const Layer& p, const Ar
   }
   // The hidden layer in the compute type (its bias and GELU too, as under torch.autocast).
   return in_compute_type(c, [&]<class T>() {
-    const auto x = to_compute<T>(layout.gathered_input(normed));
+    const auto x = compute_input<T>(layout, normed);
     const auto h = dax::gelu(dax::matmul(x, to_compute<T>(p.mlp.at("w1"))) + to_compute<T>(p.mlp.at("b1")),
                              /*approximate=*/true);
     // row-parallel: one all-reduce (SP: reduce-scatter)
@@ -289,7 +300,7 @@ inline Array blocks(const Config& c, const Layout& layout, const std::vector<Lay
 
 /// The final norm and the vocab-parallel head: logits split by vocabulary.
 inline Array head(const Config& c, const Layout& layout, const Array& x, const Array& g, const Array& b, const Array& w) {
-  return mm(c, layout.gathered_input(dax::layer_norm(x, g, b)), w);
+  return mm(c, layout, dax::layer_norm(x, g, b), w);
 }
 
 /// The residual stream after the last layer (the head's input, before its norm).
@@ -300,7 +311,7 @@ inline Array hidden(const Config& c, const Layout& layout, const Model& m, const
 /// The mean next-token cross-entropy of the batch: ids and labels (batch * seq), split over 'data'.
 inline Array loss(const Config& c, const Layout& layout, const Model& stored, const Ids& ids, const Ids& positions,
                   const Ids& labels) {
-  const Model m = gathered(stored, layout);
+  const Model m = gathered(c, stored, layout);
   const Array x = hidden(c, layout, m, ids, positions);
   return dax::cross_entropy(head(c, layout, x, m.lnf_g, m.lnf_b, m.head), labels);
 }
@@ -341,7 +352,7 @@ inline Chunk init_chunk(const Config& c, const Layout& layout, uint64_t seed, in
 /// first chunk, activations (tokens, d_model) otherwise; activations out, or the logits on the last.
 template <class In>
 Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, const In& in) {
-  const Chunk p = gathered(stored, layout);
+  const Chunk p = gathered(c, stored, layout);
   Array x = [&] {
     if constexpr (std::is_same_v<In, Ids>) {
       std::vector<int32_t> positions;
@@ -386,6 +397,9 @@ struct StepBytes {
   double total() const { return megatron + data_parallel + fsdp + context; }
 };
 
+/// The compute type's bytes per float32 byte (--precision bf16 / f16: 0.5).
+inline double compute_share(const Config& c) { return static_cast<double>(dax::itemsize(c.compute)) / 4; }
+
 /// `tokens_here`: the tokens of one device's piece of the batch; `pieces_bytes`: the bytes of its
 /// pieces of every parameter at their compute layout.
 inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tokens_here, double pieces_bytes) {
@@ -397,18 +411,27 @@ inline StepBytes formula_bytes(const Config& c, const Layout& layout, double tok
   // Experts in place of the MLP take its two away (they work on every device's tokens whole).
   // With --precision bf16 / f16 the forward's products reduce in the compute type (half the
   // bytes); the embedding's and the backward's in float32 (see mm).
-  const double per_layer = c.experts > 0 ? 1 : 2;
-  const double compute_share = c.compute == dax::DType::float32 ? 1.0 : 0.5;
-  const double activation_reduces =
-      per_layer * static_cast<double>(c.layers) * compute_share + 1 + per_layer * static_cast<double>(c.layers) + 1;
+  const double per_layer = c.experts > 0 ? 1 : 2, layers = static_cast<double>(c.layers);
+  const double s = compute_share(c);
+  const double activation_reduces = per_layer * layers * s + 1 + per_layer * layers + 1;
   StepBytes b;
   b.megatron = activation_reduces * 2 * (n_model - 1) / n_model * activation;
+  if (layout.sp) {
+    // Each all-reduce a reduce-scatter and an all-gather, (m-1)/m of an activation each, where
+    // they run in the compute type: forward, every product's all-gathered input and
+    // reduce-scattered output (2 a product), and the head's input; backward, the gathered
+    // outputs' cotangents (the transpose of a reduce-scatter). In float32: the inputs' gradients
+    // reduce-scattered (cast_reshard widens them first), the embedding's both ways, the head's input's.
+    const double units = per_layer * layers * (2 * s + s + 1) + 3 + s;
+    b.megatron = units * (n_model - 1) / n_model * activation;
+  }
   // With --cp the gradients sum over the tokens of data x context; each layer's ring attention
   // passes its k and v blocks (this device's tokens x its heads' width) c - 1 steps forward and
   // their gradients c - 1 steps back (the tape's backward), in the compute type.
   const double n_context = layout.context() ? static_cast<double>(layout.mesh.axis_size("context")) : 1;
   const double n_tokens = n_data * n_context;
-  if (layout.fsdp) b.fsdp = 2 * (n_data - 1) / n_data * pieces_bytes;
+  // FSDP gathers in the compute type and reduce-scatters the gradients in float32.
+  if (layout.fsdp) b.fsdp = (s + 1) * (n_data - 1) / n_data * pieces_bytes;
   else b.data_parallel = 2 * (n_tokens - 1) / n_tokens * pieces_bytes;
   const double block = tokens_here * static_cast<double>(c.d_model) / n_model * static_cast<double>(dax::itemsize(c.compute));
   b.context = static_cast<double>(c.layers) * 4 * (n_context - 1) * block;
@@ -553,8 +576,7 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
         even = even && dax::numel(box) == first;
       }
     }, params);
-  const bool mixed = c.compute != dax::DType::float32;
-  b.checkable = c.batch % n_data == 0 && even && !(mixed && (layout.fsdp || layout.sp));
+  b.checkable = c.batch % n_data == 0 && even;
   const bool weights_ok = layout.fsdp ? std::abs(b.fsdp - b.formula.fsdp) <= BytesCheck::tolerance
                                       : std::abs(b.data_parallel - b.formula.data_parallel) <= BytesCheck::tolerance;
   // Megatron all-reduces every activation; with many tokens per device the planner moves the
@@ -569,9 +591,7 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
           std::abs(b.context - b.formula.context) <= BytesCheck::tolerance);
   if (!b.checkable)
     b.regime = c.batch % n_data != 0 ? "not checked: the data axis does not divide the batch"
-               : !even                ? "not checked: FSDP splits some parameters unevenly over the data axis"
-                                      : "not checked: FSDP and SP with 16-bit products have no formula here yet "
-                                        "(their gathers move 16 bits for the products' weights, 32 for the rest)";
+                                      : "not checked: FSDP splits some parameters unevenly over the data axis";
   else if (b.fewer)
     b.regime = "fewer bytes than Megatron's formula: with this many tokens per device the planner moves weights "
                "rather than all-reducing every activation";

@@ -6,6 +6,8 @@
 // (astype, then a product that gathers the 16-bit copy) sum the gradient in 16 bits.
 #pragma once
 
+#include <type_traits>
+
 #include <dax/array/reshard.hpp>
 #include <dax/array/trace.hpp>
 #include <dax/ops/elementwise.hpp>
@@ -22,6 +24,40 @@ DistArray<To> cast_reshard(const DistArray<T>& x, const NamedSharding& sharding)
       // Widened first (partial sums stay partial through it: astype), then moved back.
       const auto wide = detail::map<T>(detail::cast_linearity<To, T>(), detail::fn::Cast<T>{}, g);
       return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(wide, from))};
+    };
+  }, x);
+  return out;
+}
+
+/// x moved to `sharding` in Wire's bytes, returned in x's own type: the values rounded to Wire
+/// (exactly what a later conversion to Wire reads), the move Wire's size (an FSDP gather of float32
+/// weights in bfloat16: half the bytes), and the gradient moved back (an FSDP reduce-scatter) in
+/// Reduce (by default x's type: torchtitan's reduce_dtype float32). A conversion of a partial sum
+/// to Reduce keeps it partial, so the sum itself runs in Reduce. Wire = T is reshard.
+template <class Wire, class Reduce = void, class T>
+DistArray<T> reshard_in(const DistArray<T>& x, const NamedSharding& sharding) {
+  using R = std::conditional_t<std::is_void_v<Reduce>, T, Reduce>;
+  static_assert(detail::is_floating_v<Wire> && detail::is_floating_v<T> && detail::is_floating_v<R>,
+                "reshard_in moves floating types");
+  DistArray<T> out = [&] {
+    if constexpr (std::is_same_v<Wire, T>) {
+      return detail::reshard_untraced(x, sharding);
+    } else {
+      const auto narrow = detail::map<Wire>(detail::cast_linearity<T, Wire>(), detail::fn::Cast<Wire>{}, x);
+      return detail::map<T>(detail::cast_linearity<Wire, T>(), detail::fn::Cast<T>{},
+                            detail::reshard_untraced(narrow, sharding));
+    }
+  }();
+  detail::record("reshard_in", out, [&](auto) {
+    return [from = x.sharding()](const DistArray<T>& g) {
+      if constexpr (std::is_same_v<R, T>) {
+        return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(g, from))};
+      } else {  // partial sums stay partial through both conversions: the sum runs in R
+        const auto in_r = detail::map<R>(detail::Linearity::additive, detail::fn::Cast<R>{}, g);
+        const auto back = detail::map<T>(detail::Linearity::additive, detail::fn::Cast<T>{},
+                                         detail::reshard_untraced(in_r, from));
+        return detail::Cotangents{detail::AnyArray(back)};
+      }
     };
   }, x);
   return out;
