@@ -233,8 +233,12 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
   return in_compute_type(c, [&]<class T>() {
     const auto x = compute_input<T>(layout, normed);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
-    if (layout.context())  // row-parallel output: one all-reduce
-      return to_float(dax::matmul(ring(c, layout, x, p, scale), to_compute<T>(p.wo), layout.residual())) + p.bo;
+    // Ring attention runs in float32 only (transformer_lm refuses --cp with 16-bit --precision:
+    // its softmax sums would be 16-bit), so it is not compiled for the 16-bit types.
+    if constexpr (std::is_same_v<T, float>)
+      if (layout.context())  // row-parallel output: one all-reduce
+        return to_float(dax::matmul(ring(c, layout, x, p, scale), to_compute<T>(p.wo), layout.residual())) + p.bo;
+    DAX_CHECK(!layout.context(), "transformer_lm: ring attention (--cp) runs in float32 only");
     const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
     const auto q = dax::reshape(dax::matmul(x, to_compute<T>(p.wq)), heads_shape);
     const auto k = dax::reshape(dax::matmul(x, to_compute<T>(p.wk)), heads_shape);

@@ -5,4 +5,5 @@
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(::dax::bfloat16, )
 DAX_INSTANTIATE_NN_TYPE(::dax::bfloat16, )
+DAX_INSTANTIATE_CASTS_WITH_FLOAT(::dax::bfloat16, )
 }  // namespace dax

@@ -5,4 +5,5 @@
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(::dax::half, )
 DAX_INSTANTIATE_NN_TYPE(::dax::half, )
+DAX_INSTANTIATE_CASTS_WITH_FLOAT(::dax::half, )
 }  // namespace dax

@@ -5,4 +5,5 @@
 namespace dax {
 DAX_INSTANTIATE_FLOATING_TYPE(double, )
 DAX_INSTANTIATE_NN_TYPE(double, )
+DAX_INSTANTIATE_CASTS_WITH_FLOAT(double, )
 }  // namespace dax

@@ -7,6 +7,7 @@
 #include <dax/io.hpp>
 #include <dax/autodiff/tree.hpp>
 #include <dax/autodiff/tree_io.hpp>
+#include <dax/autodiff/label_memory.hpp>
 #include <dax/autodiff/checkpoint_manager.hpp>
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/grad.hpp>

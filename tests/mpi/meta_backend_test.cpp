@@ -75,13 +75,18 @@ TEST_CASE("meta: a simulated step receives the bytes the real one does, and hold
     real_final = dax::memory_stats().bytes_in_use - before;
   }
   const int64_t real_peak = dax::memory_stats().peak_bytes_in_use - before;
+  const std::vector<dax::MemoryPartBytes> real_parts = dax::memory_stats().parts;
   const auto real = counts(dax::comm_stats());
   REQUIRE(!real.empty() == (n > 1));
   // The same step on n simulated devices, this process playing this rank's device.
   dax::comm_stats().reset();
   const int rank = dax::Runtime::current().rank();
-  const dax::SimulationReport report =
-      dax::simulate({.count = n, .device = rank}, [&] { return train_step(world_mesh(n), sizes); });
+  int64_t param_bytes = 0;  // this device's pieces of the parameters the step returns
+  const dax::SimulationReport report = dax::simulate({.count = n, .device = rank}, [&] {
+    Trained t = train_step(world_mesh(n), sizes);
+    dax::tree_for_each([&](const DistArray<float>& p) { param_bytes += dax::numel(p.local_shape()) * 4; }, t.params);
+    return t;
+  });
   CHECK(dax::Runtime::current().backend() == dax::Backend::cpu);  // the real runtime is back
   CHECK(dax::comm_stats().total_calls() == 0);                    // and its counters untouched
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> simulated;
@@ -89,6 +94,31 @@ TEST_CASE("meta: a simulated step receives the bytes the real one does, and hold
   CHECK(simulated == real);
   CHECK(report.peak_bytes == real_peak);
   CHECK(report.final_bytes == real_final);
+  // The peak and the end by part (dax::MemoryPart): AdamW labels the parameters and its two
+  // moments (in the parameters' layout here), value_and_grad its forward and backward; the parts
+  // sum to the totals, and every named part is the real run's.
+  const auto part = [&](const std::string& name) {
+    for (const auto& p : report.parts)
+      if (p.name == name) return p;
+    FAIL("no memory part '" << name << "'");
+    return dax::MemoryPartBytes{};
+  };
+  int64_t peak_sum = 0, end_sum = 0;
+  for (const auto& p : report.parts) peak_sum += p.at_peak, end_sum += p.bytes_in_use;
+  CHECK(peak_sum == report.peak_bytes);
+  CHECK(end_sum == report.final_bytes);
+  CHECK(part("parameters").bytes_in_use == param_bytes);
+  CHECK(part("parameters").at_peak == param_bytes);
+  CHECK(part("optimizer state").bytes_in_use == 2 * param_bytes);
+  CHECK(part("forward (activations kept for the backward)").at_peak > 0);
+  CHECK(part("backward (gradients and temporaries)").at_peak > 0);
+  for (const auto& r : real_parts)
+    if (r.name != "other") {
+      INFO(r.name);
+      CHECK(part(r.name).at_peak == r.at_peak);
+    }
+  CHECK(report.table().find("at the peak: ") != std::string::npos);
+  CHECK(report.json().find("\"parts\": [{\"name\": \"other\"") != std::string::npos);
   CHECK(report.devices == n);
   CHECK(report.device == rank);
   // Two steps of three products forward and (up to) six backward on this device's pieces.

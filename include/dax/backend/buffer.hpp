@@ -3,6 +3,7 @@
 // backend; a backend supplies only how to get and return raw memory.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <dax/backend/memory_parts.hpp>
 #include <dax/core/error.hpp>
 
 namespace dax::detail {
@@ -25,6 +27,8 @@ struct AllocatorStats {
   int64_t bytes_cached = 0;
   int64_t bytes_requested = 0;     // live blocks, in the bytes asked for (dax::memory_stats)
   int64_t peak_bytes_requested = 0;  // the most bytes_requested since the start or reset_peak()
+  std::array<int64_t, kMemoryParts> part_bytes{};          // bytes_requested by part (memory_parts.hpp)
+  std::array<int64_t, kMemoryParts> part_bytes_at_peak{};  // the same when the peak was reached
 };
 
 /// Keeps freed blocks by size class and hands them out again, so a steady-state loop of the same
@@ -48,14 +52,20 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   /// A block of at least `bytes`. `shared`: one the node's other processes can map (for a
   /// backend whose raw memory offers it, allocate_shared; otherwise an ordinary block). Shared and
   /// ordinary blocks are cached apart.
-  void* allocate(size_t bytes, bool shared = false) {
+  /// `part`: the memory part it counts under (memory_parts.hpp).
+  void* allocate(size_t bytes, bool shared = false, int part = 0) {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
     const int64_t peak_before = stats_.peak_bytes_requested;
+    const auto parts_before = stats_.part_bytes_at_peak;
     ++stats_.requests;
     stats_.bytes_in_use += static_cast<int64_t>(size);
     stats_.bytes_requested += static_cast<int64_t>(bytes);
-    if (stats_.bytes_requested > stats_.peak_bytes_requested) stats_.peak_bytes_requested = stats_.bytes_requested;
+    stats_.part_bytes[static_cast<size_t>(part)] += static_cast<int64_t>(bytes);
+    if (stats_.bytes_requested > stats_.peak_bytes_requested) {
+      stats_.peak_bytes_requested = stats_.bytes_requested;
+      stats_.part_bytes_at_peak = stats_.part_bytes;
+    }
     auto& free_list = free_[{shared, size}];
     if (!free_list.empty()) {
       void* p = free_list.back();
@@ -80,18 +90,21 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
       stats_.bytes_requested -= static_cast<int64_t>(bytes);
       --stats_.requests;
       --stats_.system_allocations;
+      stats_.part_bytes[static_cast<size_t>(part)] -= static_cast<int64_t>(bytes);
       stats_.peak_bytes_requested = peak_before;
+      stats_.part_bytes_at_peak = parts_before;
       throw Error(std::string(e.what()) + "; dax held " + std::to_string(stats_.bytes_in_use) +
                   " bytes in use here (peak " + std::to_string(stats_.peak_bytes_requested) +
                   " requested) and returned its cache of " + std::to_string(cached) + " bytes before trying again");
     }
   }
 
-  void deallocate(void* p, size_t bytes, bool shared = false) {
+  void deallocate(void* p, size_t bytes, bool shared = false, int part = 0) {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= static_cast<int64_t>(size);
     stats_.bytes_requested -= static_cast<int64_t>(bytes);
+    stats_.part_bytes[static_cast<size_t>(part)] -= static_cast<int64_t>(bytes);
     stats_.bytes_cached += static_cast<int64_t>(size);
     free_[{shared, size}].push_back(p);
   }
@@ -102,10 +115,18 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     release_cached_locked();
   }
 
+  /// Moves a live block's bytes from one part to another (dax::label_memory).
+  void relabel(size_t bytes, int from, int to) {
+    std::lock_guard lock(mutex_);
+    stats_.part_bytes[static_cast<size_t>(from)] -= static_cast<int64_t>(bytes);
+    stats_.part_bytes[static_cast<size_t>(to)] += static_cast<int64_t>(bytes);
+  }
+
   /// Starts a new peak from the bytes in use now.
   void reset_peak() {
     std::lock_guard lock(mutex_);
     stats_.peak_bytes_requested = stats_.bytes_requested;
+    stats_.part_bytes_at_peak = stats_.part_bytes;
   }
 
   AllocatorStats stats() const {
@@ -147,47 +168,62 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
 /// its allocator on destruction.
 class Buffer {
  public:
-  using Release = void (*)(void* owner, void* ptr, size_t bytes);
-  Buffer(void* ptr, size_t bytes, std::shared_ptr<void> owner, Release release)
-      : ptr_(ptr), bytes_(bytes), owner_(std::move(owner)), release_(release) {}
+  using Release = void (*)(void* owner, void* ptr, size_t bytes, int part);
+  using Relabel = void (*)(void* owner, size_t bytes, int from, int to);
+  Buffer(void* ptr, size_t bytes, std::shared_ptr<void> owner, Release release, int part = 0,
+         Relabel relabel = nullptr)
+      : ptr_(ptr), bytes_(bytes), owner_(std::move(owner)), release_(release), relabel_(relabel), part_(part) {}
   ~Buffer() {
-    if (ptr_) release_(owner_.get(), ptr_, bytes_);
+    if (ptr_) release_(owner_.get(), ptr_, bytes_, part_);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
+  int part() const { return part_; }
+  /// Counts the block under `part` from now on (a view stays with its parent's part).
+  void relabel(int part) {
+    if (!relabel_ || part == part_) return;
+    relabel_(owner_.get(), bytes_, part_, part);
+    part_ = part;
+  }
 
  private:
   void* ptr_;
   size_t bytes_;
   std::shared_ptr<void> owner_;  // keeps the allocator alive while the block is out
   Release release_;
+  Relabel relabel_;
+  int part_;
 };
 
 /// A buffer from `allocator` that goes back to it when released.
 template <class Allocator>
 std::shared_ptr<Buffer> make_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
-  void* p = allocator->allocate(bytes);
-  return std::make_shared<Buffer>(p, bytes, allocator, [](void* owner, void* ptr, size_t n) {
-    static_cast<Allocator*>(owner)->deallocate(ptr, n);
-  });
+  const int part = current_memory_part();
+  void* p = allocator->allocate(bytes, false, part);
+  return std::make_shared<Buffer>(
+      p, bytes, allocator,
+      [](void* owner, void* ptr, size_t n, int part) { static_cast<Allocator*>(owner)->deallocate(ptr, n, false, part); },
+      part, [](void* owner, size_t n, int from, int to) { static_cast<Allocator*>(owner)->relabel(n, from, to); });
 }
 
 /// A buffer from `allocator` in memory the node's other processes can map (see allocate).
 template <class Allocator>
 std::shared_ptr<Buffer> make_shared_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
-  void* p = allocator->allocate(bytes, true);
-  return std::make_shared<Buffer>(p, bytes, allocator, [](void* owner, void* ptr, size_t n) {
-    static_cast<Allocator*>(owner)->deallocate(ptr, n, true);
-  });
+  const int part = current_memory_part();
+  void* p = allocator->allocate(bytes, true, part);
+  return std::make_shared<Buffer>(
+      p, bytes, allocator,
+      [](void* owner, void* ptr, size_t n, int part) { static_cast<Allocator*>(owner)->deallocate(ptr, n, true, part); },
+      part, [](void* owner, size_t n, int from, int to) { static_cast<Allocator*>(owner)->relabel(n, from, to); });
 }
 
 /// A view of `bytes` bytes at `offset` inside `parent`, keeping it alive; frees nothing itself.
 inline std::shared_ptr<Buffer> make_view(const std::shared_ptr<Buffer>& parent, size_t offset, size_t bytes) {
   return std::make_shared<Buffer>(static_cast<char*>(parent->data()) + offset, bytes, parent,
-                                  [](void*, void*, size_t) {});
+                                  [](void*, void*, size_t, int) {});
 }
 
 }  // namespace dax::detail

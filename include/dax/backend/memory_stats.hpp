@@ -6,17 +6,27 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <dax/backend/buffer.hpp>
 #include <dax/backend/device_ops.hpp>
 
 namespace dax {
 
+/// One memory part's bytes (backend/memory_parts.hpp): in use now, and when the peak was reached.
+struct MemoryPartBytes {
+  std::string name;
+  int64_t bytes_in_use = 0;
+  int64_t at_peak = 0;
+};
+
 struct MemoryStats {
   int64_t bytes_in_use = 0;       // live buffers, in the bytes asked for
   int64_t peak_bytes_in_use = 0;  // the most bytes_in_use since the start or reset_peak_memory()
   int64_t bytes_reserved = 0;     // held by the allocator: live blocks rounded to size classes + cached free ones
   int64_t num_allocs = 0;         // buffers handed out since the start
+  std::vector<MemoryPartBytes> parts;  // bytes_in_use and the peak by part, "other" first; they sum to both
 };
 
 namespace detail {
@@ -35,7 +45,10 @@ inline AllocatorStats device_allocator_stats() {
 /// buffers; CUDA: device memory, staging in pinned host memory left out).
 inline MemoryStats memory_stats() {
   const detail::AllocatorStats s = detail::device_allocator_stats();
-  return MemoryStats{s.bytes_requested, s.peak_bytes_requested, s.bytes_in_use + s.bytes_cached, s.requests};
+  MemoryStats m{s.bytes_requested, s.peak_bytes_requested, s.bytes_in_use + s.bytes_cached, s.requests, {}};
+  for (int i = 0; i < detail::memory_part_count(); ++i)
+    m.parts.push_back({detail::memory_part_name(i), s.part_bytes[size_t(i)], s.part_bytes_at_peak[size_t(i)]});
+  return m;
 }
 
 /// Starts a new peak from the bytes in use now (torch.cuda.reset_peak_memory_stats).

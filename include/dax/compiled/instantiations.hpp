@@ -80,6 +80,7 @@
   EXTERN template DistArray<T> tanh<T>(const DistArray<T>&);                                                \
   EXTERN template DistArray<T> sigmoid<T>(const DistArray<T>&);                                             \
   EXTERN template DistArray<T> gelu<T>(const DistArray<T>&);                                                \
+  EXTERN template DistArray<T> gelu<T>(const DistArray<T>&, bool);                                          \
   EXTERN template DistArray<T> silu<T>(const DistArray<T>&);                                                \
   EXTERN template DistArray<T> logsumexp<T>(const DistArray<T>&, const std::vector<int>&, bool);            \
   EXTERN template DistArray<T> softmax<T>(const DistArray<T>&, int);                                        \
@@ -96,7 +97,18 @@
   EXTERN template DistArray<T> rms_norm<T>(const DistArray<T>&, const DistArray<T>&, double);               \
   EXTERN template DistArray<T> cross_entropy<T, int32_t>(const DistArray<T>&, const DistArray<int32_t>&);   \
   EXTERN template DistArray<T> cross_entropy<T, int64_t>(const DistArray<T>&, const DistArray<int64_t>&);   \
-  EXTERN template DistArray<T> dropout<T>(const random::Key&, const DistArray<T>&, double);
+  EXTERN template DistArray<T> dropout<T>(const random::Key&, const DistArray<T>&, double);                 \
+  EXTERN template DistArray<T> masked_softmax<T>(const DistArray<T>&, const DistArray<bool>&);               \
+  EXTERN template DistArray<T> causal_softmax<T>(const DistArray<T>&, double);
+
+// Mixed precision (a float32 master copy and a 16-bit or float64 type T): the conversions both
+// ways, and the moves in T's bytes (cast_reshard, reshard_in; ops/cast_reshard.hpp).
+#define DAX_INSTANTIATE_CASTS_WITH_FLOAT(T, EXTERN)                                                         \
+  EXTERN template DistArray<T> astype<T, float>(const DistArray<float>&);                                   \
+  EXTERN template DistArray<float> astype<float, T>(const DistArray<T>&);                                   \
+  EXTERN template DistArray<T> cast_reshard<T, float>(const DistArray<float>&, const NamedSharding&);       \
+  EXTERN template DistArray<float> reshard_in<T, void, float>(const DistArray<float>&, const NamedSharding&); \
+  EXTERN template DistArray<float> reshard_in<T, T, float>(const DistArray<float>&, const NamedSharding&);
 
 // The element types of DESIGN.md: the array ops (array.hpp) and the layers (nn/nn.hpp).
 #define DAX_FOR_EACH_ARRAY_INSTANTIATION(EXTERN)         \
@@ -105,7 +117,10 @@
   DAX_INSTANTIATE_FLOATING_TYPE(::dax::bfloat16, EXTERN) \
   DAX_INSTANTIATE_FLOATING_TYPE(::dax::half, EXTERN)     \
   DAX_INSTANTIATE_ANY_TYPE(int32_t, EXTERN)              \
-  DAX_INSTANTIATE_ANY_TYPE(int64_t, EXTERN)
+  DAX_INSTANTIATE_ANY_TYPE(int64_t, EXTERN)              \
+  DAX_INSTANTIATE_CASTS_WITH_FLOAT(double, EXTERN)       \
+  DAX_INSTANTIATE_CASTS_WITH_FLOAT(::dax::bfloat16, EXTERN) \
+  DAX_INSTANTIATE_CASTS_WITH_FLOAT(::dax::half, EXTERN)
 #define DAX_FOR_EACH_NN_INSTANTIATION(EXTERN)      \
   DAX_INSTANTIATE_NN_TYPE(float, EXTERN)           \
   DAX_INSTANTIATE_NN_TYPE(double, EXTERN)          \

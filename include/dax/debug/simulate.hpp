@@ -36,6 +36,7 @@ struct SimulationReport {
   int64_t peak_bytes = 0;   // the most the device's buffers held at once (dax::memory_stats' peak)
   int64_t final_bytes = 0;  // what they held when the step returned: what its return value keeps
                             // (return the parameters and optimizer state to count them)
+  std::vector<MemoryPartBytes> parts;  // both by part (dax::MemoryPart; bytes_in_use: at the end)
   std::vector<SimulatedCollective> collectives;
   double gemm_flops = 0;    // the products' 2mnk, summed
   int64_t kernels = 0;      // local kernels the device would have run
@@ -68,6 +69,13 @@ struct SimulationReport {
     std::snprintf(line, sizeof line, "simulated device %d of %d: peak memory %.4g GB, at the end %.4g GB\n", device,
                   devices, peak_bytes / 1e9, final_bytes / 1e9);
     out << line;
+    out << "  at the peak:";
+    for (const auto& p : parts)
+      if (p.at_peak != 0) {
+        std::snprintf(line, sizeof line, " %s %.4g GB;", p.name.c_str(), p.at_peak / 1e9);
+        out << line;
+      }
+    out << "\n";
     std::snprintf(line, sizeof line, "  %-16s %-28s %10s %16s\n", "collective", "mesh axes", "calls", "bytes received");
     out << line;
     for (const auto& c : collectives) {
@@ -91,7 +99,11 @@ struct SimulationReport {
     out << "{\"devices\": " << devices << ", \"device\": " << device << ", \"peak_bytes\": " << peak_bytes
         << ", \"final_bytes\": " << final_bytes << ", \"gemm_flops\": " << gemm_flops << ", \"kernels\": " << kernels
         << ", \"bytes_received\": " << bytes_received() << ", \"communication_s\": " << communication_s()
-        << ", \"compute_s\": " << compute_s() << ", \"step_s\": " << step_s() << ", \"collectives\": [";
+        << ", \"compute_s\": " << compute_s() << ", \"step_s\": " << step_s() << ", \"parts\": [";
+    for (size_t i = 0; i < parts.size(); ++i)
+      out << (i ? ", " : "") << "{\"name\": \"" << parts[i].name << "\", \"at_peak\": " << parts[i].at_peak
+          << ", \"at_end\": " << parts[i].bytes_in_use << "}";
+    out << "], \"collectives\": [";
     for (size_t i = 0; i < collectives.size(); ++i) {
       const auto& c = collectives[i];
       out << (i ? ", " : "") << "{\"kind\": \"" << c.kind << "\", \"axes\": \"" << c.axes << "\", \"calls\": " << c.calls
@@ -114,6 +126,7 @@ inline SimulationReport simulation_report(const Runtime& rt) {
   const MemoryStats m = memory_stats();
   r.peak_bytes = m.peak_bytes_in_use;
   r.final_bytes = m.bytes_in_use;
+  r.parts = m.parts;
   for (const auto& [key, c] : comm_stats().entries()) r.collectives.push_back({key.first, key.second, c.calls, c.bytes});
   r.gemm_flops = meta::kernel_counts().gemm_flops;
   r.kernels = meta::kernel_counts().kernels;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <dax/autodiff/label_memory.hpp>
 #include <dax/autodiff/tree.hpp>
 #include <dax/optim/functors.hpp>
 #include <dax/optim/leaf_update.hpp>
@@ -62,6 +63,8 @@ class AdamW {
     DAX_CHECK(o.b2 >= 0 && o.b2 < 1, "AdamW: b2 must be in [0, 1), got ", o.b2);
     DAX_CHECK(o.eps >= 0, "AdamW: eps must be >= 0, got ", o.eps);
     DAX_CHECK(o.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got ", o.weight_decay);
+    label_memory(params, "parameters");
+    label();
   }
 
   /// One update of every parameter in place, each keeping its sharding. `grads` has the
@@ -92,6 +95,8 @@ class AdamW {
         },
         params, grads, mu_, nu_);
     ++count_;
+    label_memory(params, "parameters");  // what the update allocated, counted as what it is
+    label();
   }
 
   /// The state as a tree (shares the moments' buffers).
@@ -134,6 +139,11 @@ class AdamW {
   int64_t count_ = 0;
   Params mu_;
   Params nu_;
+
+  void label() const {
+    label_memory(mu_, "optimizer state");
+    label_memory(nu_, "optimizer state");
+  }
 };
 
 }  // namespace dax::optim

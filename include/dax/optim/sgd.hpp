@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <dax/autodiff/label_memory.hpp>
+
 #include <dax/autodiff/tree.hpp>
 #include <dax/optim/functors.hpp>
 #include <dax/optim/leaf_update.hpp>
@@ -59,6 +61,8 @@ class SGD {
               "SGD: Nesterov momentum requires a momentum > 0 and zero dampening, got momentum ", o.momentum,
               " and dampening ", o.dampening);
     if (o.momentum != 0) buffers_.push_back(detail::zeros_in_state_layout(params, leaves_));
+    label_memory(params, "parameters");
+    for (const auto& b : buffers_) label_memory(b, "optimizer state");
   }
 
   /// One update of every parameter in place, each keeping its sharding (see AdamW::step).
@@ -104,6 +108,8 @@ class SGD {
           params, grads, buffers_[0]);
     }
     ++count_;
+    label_memory(params, "parameters");  // what the update allocated, counted as what it is
+    for (const auto& b : buffers_) label_memory(b, "optimizer state");
   }
 
   State state() const { return State{detail::counter_array(count_, count_sharding_), buffers_}; }
