@@ -89,11 +89,11 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
   const Mesh mesh({c}, {"context"});
   std::mt19937 rng(shared_seed());
   const int64_t b = 2, h = 2, e = 3, chunk = 2;
-  for (int mode = 0; mode < 4; ++mode) {
-    const bool causal = mode < 2, recompute = mode % 2 == 0;
+  for (int mode = 0; mode < 6; ++mode) {  // 4, 5: k and v passed on blocking, not overlapped
+    const bool causal = mode < 2 || mode >= 4, recompute = mode % 2 == 0, overlap = mode < 4;
     DYNAMIC_SECTION((causal ? "causal, zigzag order" : "not causal") << (recompute ? ", recomputing backward" : ", tape's backward")
-                    << ", " << c << " devices") {
-      const dax::parallel::RingAttention how{.causal = causal, .recompute = recompute};
+                    << (overlap ? "" : ", blocking exchange") << ", " << c << " devices") {
+      const dax::parallel::RingAttention how{.causal = causal, .recompute = recompute, .overlap = overlap};
       const int64_t s = chunk * (causal ? 2 * c : c);
       const Shape shape{b, s, h, e};
       const size_t n = size_t(b * s * h * e);

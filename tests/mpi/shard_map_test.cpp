@@ -293,8 +293,12 @@ TEST_CASE("ppermute shifts along the group; unmatched devices get zeros", "[shar
       perms[2] = {{0, n - 1}, {n - 1, 0}};
       if (n == 1) perms[2] = {{0, 0}};
       for (const auto& perm : perms) {
+        const bool started = seed % 2 == 0;  // every other case through ppermute_start(...).wait()
         const auto r = run_per_device<double>(
-            mesh, {4}, [&](const auto& x) { return dax::ppermute(x, dax::AxisNames(names), perm); }, ++seed);
+            mesh, {4}, [&](const auto& x) {
+              if (started) return dax::ppermute_start(x, dax::AxisNames(names), perm).wait();
+              return dax::ppermute(x, dax::AxisNames(names), perm);
+            }, ++seed);
         for (int p = 0; p < static_cast<int>(r.out.size()); ++p) {
           const auto group = group_of(mesh, p, names);
           const int i = index_in(group, p);
@@ -305,6 +309,35 @@ TEST_CASE("ppermute shifts along the group; unmatched devices get zeros", "[shar
         }
       }
     }
+}
+
+TEST_CASE("ppermute_start: the same values, bytes and gradients as ppermute, while work goes on", "[shard_map]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh({n}, {"x"});
+  std::vector<std::pair<int, int>> ring;
+  for (int j = 0; j < n; ++j) ring.push_back({j, (j + 1) % n});
+  const auto x = dax::device_put(dax::test::uniform_values(6 * n, 31), Shape{6 * n}, NamedSharding(mesh, P("x")));
+  const auto w = dax::device_put(dax::test::uniform_values(6 * n, 32), Shape{6 * n}, NamedSharding(mesh, P("x")));
+  const auto step = [&](bool started, const DistArray<float>& xin) {
+    return dax::shard_map([&, started](const DistArray<float>& b, const DistArray<float>& wb) {
+      if (!started) return dax::psum(dax::sum(dax::ppermute(dax::exp(b), "x", ring) * wb), "x");
+      auto pending = dax::ppermute_start(dax::exp(b), "x", ring);
+      const auto meanwhile = dax::tanh(wb);  // work while it moves
+      { auto dropped = dax::ppermute_start(b, "x", ring); }  // dropped unwaited: still runs to the end
+      return dax::psum(dax::sum(pending.wait() * wb) + dax::sum(meanwhile) * 0.0f, "x");
+    }, mesh, {P("x"), P("x")}, P())(xin, w);
+  };
+  dax::comm_stats().reset();
+  const auto [v0, g0] = dax::value_and_grad([&](const DistArray<float>& p) { return step(false, p); })(x);
+  const auto plain = dax::comm_stats().of("ppermute");
+  dax::comm_stats().reset();
+  auto [v1, g1] = dax::value_and_grad([&](const DistArray<float>& p) { return step(true, p); })(x);
+  const auto async = dax::comm_stats().of("ppermute");
+  CHECK(host(v1) == host(v0));
+  CHECK(host(g1) == host(g0));
+  // One more ppermute forward (the dropped one); the backward's transposes are the same.
+  CHECK(async.calls == plain.calls + (n > 1 ? 1 : 0));
+  CHECK(async.bytes == plain.bytes + (n > 1 ? 6 * 4 : 0));
 }
 
 TEST_CASE("axis_index and axis_size", "[shard_map]") {

@@ -12,14 +12,17 @@ shift 2
 launcher=("$@")
 root=$(mktemp -d /tmp/dax_kill_save.XXXXXX)
 out=$(mktemp)
-trap 'rm -rf "$root" "$out"' EXIT
+job=
+# On any exit (a failed round included) no saving job may outlive the test: its ranks would go on
+# saving forever and load the machine for the tests after it.
+trap 'if [ -n "$job" ]; then kill -9 $(pgrep -P "$job") "$job" 2>/dev/null; fi; rm -rf "$root" "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 survived=0
 for ((r = 1; r <= rounds; r++)); do
   "${launcher[@]}" -np 2 --oversubscribe "$program" save "$root" >"$out" 2>&1 &
   job=$!
   before=0  # $out is the launcher's new file (truncated by the redirection above)
-  for ((t = 0; t < 300; t++)); do  # up to 30 s for the first save of the round
+  for ((t = 0; t < 600; t++)); do  # up to 60 s for the first save of the round (a loaded machine)
     [ "$(grep -c '^saved' "$out")" -gt "$before" ] && break
     kill -0 "$job" 2>/dev/null || break
     sleep 0.1
@@ -35,6 +38,7 @@ for ((r = 1; r <= rounds; r++)); do
   for ((t = 0; t < 100; t++)); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$job" $ranks 2>/dev/null
   wait "$job" 2>/dev/null
+  job=
   check_ranks=$((r % 2 == 0 ? 3 : 1))
   if ! result=$("${launcher[@]}" -np "$check_ranks" --oversubscribe "$program" check "$root" 2>&1); then
     echo "round $r: killed $what after '$last'; the check at $check_ranks rank(s) failed:"; echo "$result"; exit 1

@@ -5,7 +5,9 @@
 // local transposes.
 #pragma once
 
+#include <memory>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -356,6 +358,36 @@ DistArray<T> all_to_allv(const DistArray<T>& x, const AxisNames& axes, const std
   return out;
 }
 
+namespace detail {
+
+/// ppermute's partners for this member of g: (whom it sends to, whom it receives from), -1 for
+/// none, after checking the pairs.
+inline std::pair<int, int> ppermute_partners(const AxisGroup& g, const std::vector<std::pair<int, int>>& perm) {
+  std::vector<int> dst_of(size_t(g.size), -1), src_of(size_t(g.size), -1);
+  for (const auto& [src, dst] : perm) {
+    DAX_CHECK(src >= 0 && src < g.size && dst >= 0 && dst < g.size, "ppermute: pair (", src, ", ", dst,
+              ") is out of range for the ", g.size, " devices of ", g.text());
+    DAX_CHECK(dst_of[size_t(src)] < 0, "ppermute: source ", src, " appears in more than one pair");
+    DAX_CHECK(src_of[size_t(dst)] < 0, "ppermute: destination ", dst, " appears in more than one pair");
+    dst_of[size_t(src)] = dst;
+    src_of[size_t(dst)] = src;
+  }
+  return {dst_of[size_t(g.index)], src_of[size_t(g.index)]};
+}
+
+/// ppermute's transpose: the inverse permutation.
+template <class T>
+void record_ppermute(DistArray<T>& out, const DistArray<T>& x, const AxisNames& axes,
+                     const std::vector<std::pair<int, int>>& perm) {
+  detail::record_collective("ppermute", out, x, detail::axis_group(axes, "ppermute"), false, [&] {
+    std::vector<std::pair<int, int>> inverse;
+    for (const auto& [src, dst] : perm) inverse.emplace_back(dst, src);
+    return [axes, inverse](const DistArray<T>& ct) { return ppermute(ct, axes, inverse); };
+  });
+}
+
+}  // namespace detail
+
 /// x sent along the pairs (source, destination) of positions over the named axes; each position
 /// is a source at most once and a destination at most once. A device no pair sends to gets zeros.
 template <class T>
@@ -364,18 +396,9 @@ DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::v
     const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
     detail::check_local_block(x, g, "ppermute");
     const detail::OpLabel label([&] { return detail::manual_label("ppermute", x, g); });
-    std::vector<int> dst_of(g.size, -1), src_of(g.size, -1);
-    for (const auto& [src, dst] : perm) {
-      DAX_CHECK(src >= 0 && src < g.size && dst >= 0 && dst < g.size, "ppermute: pair (", src, ", ", dst,
-                ") is out of range for the ", g.size, " devices of ", g.text());
-      DAX_CHECK(dst_of[src] < 0, "ppermute: source ", src, " appears in more than one pair");
-      DAX_CHECK(src_of[dst] < 0, "ppermute: destination ", dst, " appears in more than one pair");
-      dst_of[src] = dst;
-      src_of[dst] = src;
-    }
+    const auto [to, from] = detail::ppermute_partners(g, perm);
     auto piece = detail::dev::allocate(x.size() * sizeof(T));
     T* o = static_cast<T*>(piece->data());
-    const int to = dst_of[g.index], from = src_of[g.index];
     if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
     else if (from < 0) detail::dev::fill(o, x.size(), T(0));
     if (g.size > 1) {
@@ -388,13 +411,81 @@ DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::v
     }
     return detail::local_block<T>(g, x.shape(), std::move(piece));
   });
-  // Transpose: the inverse permutation.
-  detail::record_collective("ppermute", out, x, detail::axis_group(axes, "ppermute"), false, [&] {
-    std::vector<std::pair<int, int>> inverse;
-    for (const auto& [src, dst] : perm) inverse.emplace_back(dst, src);
-    return [axes, inverse](const DistArray<T>& ct) { return ppermute(ct, axes, inverse); };
-  });
+  detail::record_ppermute(out, x, axes, perm);
   return out;
+}
+
+/// A ppermute started and not yet waited for (ppermute_start). wait() returns what ppermute
+/// would have (a second wait() the same array), recorded for autodiff then, with ppermute's
+/// transpose (which runs blocking in the backward).
+template <class T>
+class PendingPpermute {
+ public:
+  PendingPpermute(DistArray<T> x, AxisNames axes, std::vector<std::pair<int, int>> perm, DistArray<T> out,
+                  std::unique_ptr<detail::PendingCollective> call, std::string group, int64_t bytes, int64_t started,
+                  int members)
+      : x_(std::move(x)), axes_(std::move(axes)), perm_(std::move(perm)), out_(std::move(out)), call_(std::move(call)),
+        group_(std::move(group)), bytes_(bytes), started_(started), members_(members) {}
+  PendingPpermute(PendingPpermute&&) noexcept = default;
+  PendingPpermute& operator=(PendingPpermute&&) noexcept = default;
+  ~PendingPpermute() {
+    if (call_) {  // dropped unwaited: the peers run it to the end, so this side does too
+      try {
+        finish();
+      } catch (...) {
+      }
+    }
+  }
+
+  DistArray<T> wait() {
+    if (call_) {
+      finish();
+      detail::record_ppermute(out_, x_, axes_, perm_);
+    }
+    return out_;
+  }
+
+ private:
+  void finish() {  // counted as ppermute counts, once it has arrived
+    const auto call = std::move(call_);
+    call->wait();
+    if (bytes_ >= 0) detail::count_collective("ppermute", group_, bytes_, started_, members_);
+  }
+
+  DistArray<T> x_;  // kept alive (its piece is being sent) and for the tape
+  AxisNames axes_;
+  std::vector<std::pair<int, int>> perm_;
+  DistArray<T> out_;
+  std::unique_ptr<detail::PendingCollective> call_;
+  std::string group_;
+  int64_t bytes_, started_;  // bytes received (-1: none), when it started (count_collective)
+  int members_;
+};
+
+/// ppermute(x, axes, perm) started and left to run while the program computes (ring attention
+/// passes the next k and v blocks on while it attends to the ones at hand): every member of the
+/// group starts it, in the same order as its other collectives, and waits for it with wait().
+template <class T>
+PendingPpermute<T> ppermute_start(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+  const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
+  detail::check_local_block(x, g, "ppermute");
+  const auto [to, from] = detail::ppermute_partners(g, perm);
+  auto piece = detail::dev::allocate(x.size() * sizeof(T));
+  T* o = static_cast<T*>(piece->data());
+  if (from == g.index) detail::dev::copy(o, x.local_data().data(), x.local_data().size_bytes());
+  else if (from < 0) detail::dev::fill(o, x.size(), T(0));
+  const int peer_to = to == g.index ? -1 : to, peer_from = from == g.index ? -1 : from;
+  std::unique_ptr<detail::PendingCollective> call;
+  int64_t started = 0;
+  if (g.size > 1) {
+    started = detail::collective_start();
+    call = g.comm().start_send_recv(x.local_data().data(), peer_to, o, peer_from, x.size(), dtype_v<T>);
+  } else {
+    call = std::make_unique<detail::FinishedCollective>();
+  }
+  const int64_t bytes = g.size > 1 && peer_from >= 0 ? x.size() * int64_t(sizeof(T)) : -1;
+  return PendingPpermute<T>(x, axes, perm, detail::local_block<T>(g, x.shape(), std::move(piece)), std::move(call),
+                            g.text(), bytes, started, g.size);
 }
 
 }  // namespace dax

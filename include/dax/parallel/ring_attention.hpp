@@ -15,6 +15,11 @@
 // order once (zigzag_order: permute token ids, positions and labels alike when loading a batch);
 // attention is the only op that cares.
 //
+// The next k and v blocks are passed on (ppermute_start) while the blocks at hand are computed,
+// and waited for after them (RingAttention::overlap): the exchange hides behind the compute where
+// a block's compute takes longer than its transfer. (The accumulators of the recomputing
+// backward's dk and dv are needed at the next step, so they move blocking.)
+//
 // Written in shard_map with dax ops. Two backwards (RingAttention::recompute):
 // - recompute (the default, as flash attention and ring-flash-attention do): the forward keeps only
 //   each query's output and lse; the backward sends k, v and their gradients' accumulators around
@@ -84,9 +89,9 @@ std::pair<DistArray<T>, DistArray<T>> attend_block(const DistArray<T>& q, const 
 template <class T>
 class RingBlocks {
  public:
-  RingBlocks(const Shape& shape, const std::string& axis, bool causal)
+  RingBlocks(const Shape& shape, const std::string& axis, bool causal, bool overlap = true)
       : c(axis_size(axis)), me(axis_index(axis)), parts(causal ? 2 : 1), len(shape[1] / parts), shape_(shape),
-        causal_(causal) {
+        causal_(causal), overlap_(overlap) {
     for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});  // each device passes on to the next
   }
 
@@ -114,17 +119,22 @@ class RingBlocks {
   }
   /// Walks k and v (b, n, h, e) around the ring: at each step, visit(a, b, from, k_b, v_b) for every
   /// query chunk a of this device and chunk b of the visiting block (from `from`) that meet; then k
-  /// and v move on to the next device (but after the last step) and after_step() runs.
+  /// and v move on to the next device (but after the last step) and after_step() runs. With
+  /// `overlap` (the default) k and v are passed on while the step's blocks are visited
+  /// (ppermute_start, waited for after the visits): the transfer hides behind the step's compute.
   template <class Visit, class AfterStep>
   void walk(DistArray<T> k, DistArray<T> v, const std::string& axis, Visit&& visit, AfterStep&& after_step) {
     for (int step = 0; step < c; ++step) {
       const int device = from(step);
+      const bool pass_on = step + 1 < c;
+      std::optional<PendingPpermute<T>> next_k, next_v;
+      if (pass_on && overlap_) next_k.emplace(ppermute_start(k, axis, ring)), next_v.emplace(ppermute_start(v, axis, ring));
       for (int a = 0; a < parts; ++a)
         for (int b = 0; b < parts; ++b)
           if (meets(a, device, b)) visit(a, b, device, cut(k, b), cut(v, b));
-      if (step + 1 < c) {
-        k = ppermute(k, axis, ring);
-        v = ppermute(v, axis, ring);
+      if (pass_on) {
+        k = overlap_ ? next_k->wait() : ppermute(k, axis, ring);
+        v = overlap_ ? next_v->wait() : ppermute(v, axis, ring);
       }
       after_step();
     }
@@ -149,7 +159,7 @@ class RingBlocks {
 
  private:
   Shape shape_;
-  bool causal_;
+  bool causal_, overlap_;
   std::optional<DistArray<T>> mask_;
 };
 
@@ -167,8 +177,8 @@ DistArray<T> combine_blocks(const std::vector<DistArray<T>>& outs, const std::ve
 /// The body of ring_attention on this device's blocks (b, n, h, e).
 template <class T>
 DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v, const std::string& axis,
-                                  bool causal, double scale) {
-  RingBlocks<T> r(q.shape(), axis, causal);
+                                  bool causal, double scale, bool overlap = true) {
+  RingBlocks<T> r(q.shape(), axis, causal, overlap);
   std::vector<std::vector<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
   r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
     auto [o, lse] = attend_block(r.cut(q, a), kb, vb, scale, r.mask(a, from, b));
@@ -186,8 +196,9 @@ DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArr
 /// come, so one block's scores are alive at a time.
 template <class T>
 std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v,
-                                                          const std::string& axis, bool causal, double scale) {
-  RingBlocks<T> r(q.shape(), axis, causal);
+                                                          const std::string& axis, bool causal, double scale,
+                                                          bool overlap = true) {
+  RingBlocks<T> r(q.shape(), axis, causal, overlap);
   std::vector<std::optional<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
   r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
     auto [o, lse] = attend_block(r.cut(q, a), kb, vb, scale, r.mask(a, from, b));
@@ -219,8 +230,8 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
                                                                          DistArray<T> v, const DistArray<T>& out,
                                                                          const DistArray<T>& lse, const DistArray<T>& g,
                                                                          const std::string& axis, bool causal,
-                                                                         double scale) {
-  RingBlocks<T> r(q.shape(), axis, causal);
+                                                                         double scale, bool overlap = true) {
+  RingBlocks<T> r(q.shape(), axis, causal, overlap);
   const Shape s = q.shape();
   const Shape part_shape{s[0], r.len, s[2], s[3]};
   std::vector<DistArray<T>> dq, dk, dv;
@@ -261,6 +272,7 @@ struct RingAttention {
   double scale = 0;        // <= 0: 1 / sqrt(head_dim)
   bool recompute = true;   // recompute each block's probabilities in the backward (memory: one
                            // block's scores) rather than keep them all from the forward
+  bool overlap = true;     // pass k and v on while the blocks at hand are computed (ppermute_start)
 };
 
 /// softmax(q k^T * scale) v over the whole sequence, with the sequence split over mesh axis
@@ -292,10 +304,11 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
   }
   const PartitionSpec spec(entry(0), axis, entry(2), none);
   const double s = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  const bool overlap = options.overlap;
   if (!options.recompute)
     return shard_map(
-        [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
-          return detail::ring_attention_block(qb, kb, vb, axis, causal, s);
+        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+          return detail::ring_attention_block(qb, kb, vb, axis, causal, s, overlap);
         },
         mesh, {spec, spec, spec}, spec)(q, k, v);
   const PartitionSpec rows(entry(0), entry(2), axis, none);  // lse: (batch, heads, sequence, 1)
@@ -303,8 +316,8 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
     const NamedSharding at(mesh, spec);
     const DistArray<T> qm = reshard(qf, at), km = reshard(kf, at), vm = reshard(vf, at);
     auto [out, lse] = shard_map(
-        [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
-          return detail::ring_forward_block(qb, kb, vb, axis, causal, s);
+        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+          return detail::ring_forward_block(qb, kb, vb, axis, causal, s, overlap);
         },
         mesh, {spec, spec, spec}, std::vector<PartitionSpec>{spec, rows})(qm, km, vm);
     return std::pair{out, std::tuple{qm, km, vm, out, lse}};
@@ -312,9 +325,9 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
   auto backward = [=](const auto& saved, const DistArray<T>& g) {
     const auto& [qm, km, vm, out, lse] = saved;
     return shard_map(
-        [axis, causal, s](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb, const DistArray<T>& ob,
-                          const DistArray<T>& lb, const DistArray<T>& gb) {
-          return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s);
+        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb,
+                                   const DistArray<T>& ob, const DistArray<T>& lb, const DistArray<T>& gb) {
+          return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s, overlap);
         },
         mesh, {spec, spec, spec, spec, rows, spec}, std::vector<PartitionSpec>{spec, spec, spec})(qm, km, vm, out, lse, g);
   };
