@@ -124,6 +124,7 @@ struct Run {
   int64_t moe_rows = 0;  // the last step's rows sent to or received for experts (lm::moe_rows_moved)
   std::vector<dax::ImplicitReshard> implicit;  // the last step's forward: inputs ops moved on their own
   std::optional<lm::Model> params;  // after the last step
+  std::vector<lm::Chunk> chunks;    // the same, through the pipeline (--pp): every chunk's
   double seconds = 0;
   int64_t last_step_peak = 0;
   std::vector<int> skipped;  // steps a float16 overflow skipped (--precision f16)  // the most dax's buffers held during the last step, less what they held before training
@@ -218,6 +219,10 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
       mesh, schedule,
       [&](int chunk, const lm::Chunk& p, const auto& x) { return lm::chunk_forward(mc, layout_of(chunk), p, x); },
       [](const lm::Array& logits, const lm::Ids& labels) { return dax::cross_entropy(logits, labels); });
+  // What crosses into a chunk: the residual stream of a microbatch, (tokens, d) on the receiving
+  // stage's layout. A real run checks every transfer's header against it; a simulated device
+  // (--simulate) takes it in place of the header it cannot receive.
+  pipe.boundary([&](int chunk) { return std::pair{dax::Shape{mc.tokens(), mc.d_model}, layout_of(chunk).residual().spec()}; });
   std::vector<lm::Chunk> params;
   for (int k = 0; k < chunks; ++k) params.push_back(lm::init_chunk(c, layout_of(k), 7, k, chunks));
   dax::optim::AdamW opt(params, {.lr = dax::optim::warmup_cosine(3e-3, std::min(20, steps / 4), steps, 3e-4), .weight_decay = 0.01});
@@ -245,6 +250,7 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
     if (print) print_losses(run.losses, step, steps);
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.chunks = params;
 
   // The last step's bytes on this device against the formulas, over each axis.
   report.stats = pipe.last_stats();
@@ -406,9 +412,6 @@ Options parse_options(int argc, char** argv, int ranks) {
   if (!kind)
     why << "--schedule expects GPipe, 1F1B, Interleaved1F1B or ZBH1, got '" << o.schedule << "'; ";
   if (o.simulate > 0) ranks = static_cast<int>(o.simulate);  // the simulated world, not the job's
-  // A stage learns its input's shape from the previous stage's transfer header, which a simulation
-  // of one device does not have (docs/simulation.md, "Not yet").
-  if (o.simulate > 0 && o.pp > 1) why << "--simulate with --pp is not offered yet; ";
   if (o.simulate > 0 && o.simulate_device >= o.simulate)
     why << "--device " << o.simulate_device << " is not one of the " << o.simulate << " simulated devices; ";
   if (o.simulate == 0 && o.simulate_device != 0) why << "--device needs --simulate N; ";
@@ -493,6 +496,14 @@ int pipelined_main(const Options& o, bool root) {
               << schedule.microbatches << " microbatches of " << c.batch / schedule.microbatches << " rows\n";
   PipelineReport report;
   const Run run = train_pipelined(c, mesh, o.fsdp, o.sp, schedule, text, o.steps, root, report);
+  // The same pipelined step on simulated devices (dax::simulate, this rank's device): the same
+  // collectives and bytes per kind and axes, exactly (the experts' all_to_allv left out: routing).
+  std::optional<Run> simulated_run;
+  PipelineReport simulated_report;
+  dax::simulate({.count = n, .device = dax::Runtime::current().rank()}, [&] {
+    simulated_run = train_pipelined(c, mesh, o.fsdp, o.sp, schedule, text, std::min(o.steps, 2), false, simulated_report);
+  });
+  const bool simulated_same = same_collectives(simulated_run->last_step, run.last_step, c.experts > 0);
   const auto simulated = dax::pipeline::simulate(schedule);
   const auto& st = report.stats;
   const bool peaks_ok = st.peak_activations == simulated.peak_activations;
@@ -521,7 +532,9 @@ int pipelined_main(const Options& o, bool root) {
                                       " B (formula " + std::to_string(int64_t(report.experts_formula)) + ")"
                                 : std::string())
               << "\n"
-              << std::defaultfloat << std::setprecision(4) << "training took " << run.seconds << " s (" << double(c.tokens()) * o.steps / run.seconds << " tokens/s)\n";
+              << std::defaultfloat << std::setprecision(4) << "training took " << run.seconds << " s (" << double(c.tokens()) * o.steps / run.seconds << " tokens/s)\n"
+              << "simulated on " << n << " meta device(s) (dax::simulate): the same collectives and bytes: "
+              << (simulated_same ? "yes" : "NO") << "\n";
   }
   std::vector<double> reference = run.losses;
   if (root) {  // the unpipelined model on one device, rank 0 alone
@@ -555,12 +568,12 @@ int pipelined_main(const Options& o, bool root) {
   // Every rank checked its own bytes and peaks; rank 0 reports which differed.
   const dax::Mesh ranks({n}, {"ranks"});
   const std::vector<int32_t> differs =
-      dax::from_local<int32_t>({report.ok && peaks_ok ? 0 : 1}, {n}, dax::NamedSharding(ranks, dax::P("ranks")))
+      dax::from_local<int32_t>({report.ok && peaks_ok && simulated_same ? 0 : 1}, {n}, dax::NamedSharding(ranks, dax::P("ranks")))
           .to_host();
   const bool all_ok = std::count(differs.begin(), differs.end(), 1) == 0;
   if (!root) return all_ok ? 0 : 1;
   if (!all_ok) {
-    std::cerr << "transformer_lm: the bytes per step or the peak activations differ from the formulas on rank(s)";
+    std::cerr << "transformer_lm: the bytes per step or the peak activations differ from the formulas (or the simulated step's) on rank(s)";
     for (int r = 0; r < n; ++r)
       if (differs[size_t(r)] != 0) std::cerr << " " << r;
     std::cerr << "\n";
@@ -588,12 +601,24 @@ int simulated_main(const Options& o, bool root) {
   const auto start = std::chrono::steady_clock::now();
   const dax::MetaDevices devices{.count = static_cast<int>(o.simulate), .device = static_cast<int>(o.simulate_device)};
   const dax::SimulationReport report = dax::simulate(devices, [&] {
+    if (o.pp > 1) {  // the pipeline's step: this device's stage, its transfers and its chunks' bytes
+      const dax::Mesh mesh({o.data, o.pp, o.model}, {"data", "stage", "model"});
+      const auto schedule = dax::pipeline::make_schedule(*dax::pipeline::schedule_kind(o.schedule), int(o.pp),
+                                                         int(o.microbatches), int(o.virtual_stages));
+      PipelineReport piped;
+      Run run = train_pipelined(c, mesh, o.fsdp, o.sp, schedule, text, 1, false, piped);
+      bytes.ok = piped.ok;
+      bytes.regime = piped.ok ? "the pipeline's formulas (stage transfers, data, Megatron's bound)"
+                              : "the pipeline's formulas: DIFFER";
+      for (const lm::Chunk& chunk : run.chunks) dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, chunk);
+      return run;  // its chunks' parameters counted at the end of the step (this device's stage's)
+    }
     const lm::Layout layout{run_mesh(o), o.fsdp, o.sp};
     Run run = train(c, layout, text, 1, false);
     dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, *run.params);
     bytes = lm::check_step_bytes(c, layout, *run.params, run.last_step, static_cast<int>(o.simulate_device),
                                  run.moe_rows);
-    return *run.params;  // counted at the end of the step
+    return run;  // its parameters counted at the end of the step
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rusage usage{};
@@ -602,7 +627,9 @@ int simulated_main(const Options& o, bool root) {
   std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads << " heads, "
             << (parameters > 0 ? std::to_string(parameters / 1e9) + "B parameters, " : std::string()) << "sequence "
             << c.seq << ", batch " << c.batch << ", one AdamW step on " << o.simulate << " simulated devices, data="
-            << o.data << " x model=" << o.model << (o.fsdp ? " with FSDP" : "")
+            << o.data << (o.pp > 1 ? " x stage=" + std::to_string(o.pp) : std::string()) << " x model=" << o.model
+            << (o.pp > 1 ? " (" + o.schedule + ", " + std::to_string(o.microbatches) + " microbatches)" : std::string())
+            << (o.fsdp ? " with FSDP" : "")
             << (o.sp ? " with sequence parallelism" : "") << "\n"
             << report.table()
             << "bytes against the formulas: " << bytes.regime << (bytes.ok ? "" : " (DIFFER)") << "\n"

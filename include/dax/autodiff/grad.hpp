@@ -119,7 +119,7 @@ auto value_and_grad(F f, GradShardingFn grad_sharding = {}) {
       detail::Tape tape;
       Params traced = params;
       auto result = [&] {
-        const MemoryPart part("forward (activations kept for the backward)", true);  // unless the caller named one
+        const MemoryPart part(detail::kForwardPart, true);  // unless the caller named one
         detail::TapeScope scope(tape);
         detail::watch_tree(tape, traced);
         return f(std::as_const(traced), args...);
@@ -131,8 +131,8 @@ auto value_and_grad(F f, GradShardingFn grad_sharding = {}) {
       detail::leaf_ids(traced, leaves);
       const auto seed = ones<T>({}, NamedSharding(loss.sharding().mesh(), P()));
       const auto cotangents = [&] {
-        const MemoryPart part("backward (gradients and temporaries)", true);
-        return tape.backward(loss.trace_id(), detail::AnyArray(seed), leaves);
+        const MemoryPart part(detail::kBackwardPart, true);
+        return tape.backward_once(loss.trace_id(), detail::AnyArray(seed), leaves);  // frees as it goes
       }();
       Params grads = detail::gradient_tree(cotangents, params, traced, grad_sharding);
       if constexpr (detail::is_dist_array<decltype(result)>::value) {

@@ -84,9 +84,25 @@ class Tape final : public Tracer {
   uint64_t watch() { return add_node("input", {}, nullptr, nullptr, 0, {}); }
 
   /// Runs the backward from `output` with cotangent `seed`; returns the summed cotangents that
-  /// reach the leaves in `leaves` (a leaf nothing reached is absent).
+  /// reach the leaves in `leaves` (a leaf nothing reached is absent). The tape stays as it was (a
+  /// vjp's pullback may run again).
   std::unordered_map<uint64_t, AnyArray> backward(uint64_t output, AnyArray seed,
                                                   const std::vector<uint64_t>& leaves) const {
+    return const_cast<Tape*>(this)->run_backward(output, std::move(seed), leaves, false);
+  }
+
+  /// The same for a tape used once (value_and_grad): each node's pullback, with the forward's
+  /// values it holds, is let go as soon as it has run, as PyTorch frees a graph's saved tensors
+  /// during its backward, so the activations of the later layers are gone before the earlier
+  /// layers' gradients are computed and the peak is lower. The tape cannot run a backward again.
+  std::unordered_map<uint64_t, AnyArray> backward_once(uint64_t output, AnyArray seed,
+                                                       const std::vector<uint64_t>& leaves) {
+    return run_backward(output, std::move(seed), leaves, true);
+  }
+
+ private:
+  std::unordered_map<uint64_t, AnyArray> run_backward(uint64_t output, AnyArray seed,
+                                                      const std::vector<uint64_t>& leaves, bool release) {
     NoTrace no_trace;  // pullbacks are plain eager ops
     std::unordered_map<uint64_t, AnyArray> cotangent;
     std::unordered_map<uint64_t, AnyArray> result;
@@ -108,6 +124,7 @@ class Tape final : public Tracer {
         continue;
       }
       Cotangents parts = run_pullback(node, g);
+      if (release) nodes_[i].pullback = nullptr;  // what it saved of the forward goes now
       DAX_CHECK(parts.size() == node.inputs.size(), "autodiff: the pullback of ", node.op, " gave ", parts.size(),
                 " cotangents for ", node.inputs.size(), " inputs");
       for (size_t k = 0; k < parts.size(); ++k) {
@@ -118,6 +135,8 @@ class Tape final : public Tracer {
     }
     return result;
   }
+
+ public:
 
   bool knows(uint64_t id) const { return index_.contains(id); }
 

@@ -19,6 +19,9 @@ namespace dax {
 namespace detail {
 
 inline constexpr int kMemoryParts = 8;  // part 0 is "other": memory allocated outside any part
+/// The parts autodiff names (value_and_grad, a pipeline's passes) where the caller has named none.
+inline constexpr const char* kForwardPart = "forward (activations kept for the backward)";
+inline constexpr const char* kBackwardPart = "backward (gradients and temporaries)";
 
 struct MemoryPartNames {
   std::mutex mutex;

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -156,6 +157,15 @@ class Pipeline {
 
   const Schedule& schedule() const { return schedule_; }
   const Mesh& mesh() const { return mesh_; }
+  /// The shape and layout (a spec on the receiving stage's mesh) of the activation that enters
+  /// chunk `c` (c >= 1) from another stage; its gradient, going back into chunk c - 1, has the
+  /// same. Optional in a real run, where each transfer's header says it (given, every header is
+  /// checked against it); needed on simulated devices (dax::simulate), which cannot receive the
+  /// previous stage's header: torch.distributed.pipelining's PipelineStage(input_args) is the
+  /// counterpart.
+  using Boundary = std::function<std::pair<Shape, PartitionSpec>(int chunk)>;
+  void boundary(Boundary b) { boundary_ = std::move(b); }
+
   /// This rank's stage (-1 on a rank outside the mesh).
   int stage() const { return stage_; }
   /// Where stage s's parameters and activations live (stage_mesh of this pipeline's mesh).
@@ -231,6 +241,8 @@ class Pipeline {
       for (size_t k = 0; k < actions.size(); ++k) {
         const Action& act = actions[k];
         const int c = act.chunk, i = act.microbatch;
+        const MemoryPart part(act.pass == Pass::forward ? ::dax::detail::kForwardPart : ::dax::detail::kBackwardPart,
+                              true);  // dax::memory_stats().parts, as value_and_grad names them
         // The next pass's input is received while this one computes (once its size is known).
         if (k + 1 < actions.size()) post_receive(actions[k + 1]);
         if (act.pass == Pass::forward) {
@@ -431,7 +443,23 @@ class Pipeline {
     if (posted != posted_.end()) posted_.erase(posted);
     r.header_received->wait();
     const Mesh& here = stage_meshes_[stage_];
-    auto [shape, spec] = detail::read_header(r.header, dtype_v<T>, here);
+    const int crossing = gradient ? to_chunk + 1 : to_chunk;  // the chunk whose input crosses the link
+    Shape shape;
+    PartitionSpec spec;
+    if (::dax::detail::dev::on_meta()) {  // nothing was sent: the boundary says what would have been
+      DAX_CHECK(bool(boundary_), "pipeline: a simulated device cannot receive what the previous stage sends into "
+                "chunk ", crossing, " (its transfer header); give the boundaries' shapes with Pipeline::boundary");
+      std::tie(shape, spec) = boundary_(crossing);
+    } else {
+      std::tie(shape, spec) = detail::read_header(r.header, dtype_v<T>, here);
+      if (boundary_) {
+        const auto [want_shape, want_spec] = boundary_(crossing);
+        DAX_CHECK(want_shape == shape && NamedSharding(here, want_spec) == NamedSharding(here, spec), "pipeline: ",
+                  gradient ? "the gradient" : "the activation", " into chunk ", to_chunk, " came as ",
+                  ::dax::to_string(shape), " ", ::dax::to_string(spec), ", Pipeline::boundary says ",
+                  ::dax::to_string(want_shape), " ", ::dax::to_string(want_spec));
+      }
+    }
     NamedSharding sharding(here, spec);
     const int64_t count = numel(sharding.device_indices(Runtime::current().rank(), shape));
     if (!r.payload_received) {  // the first of the step on this link: its size is learned here
@@ -530,6 +558,7 @@ class Pipeline {
   Loss loss_;
   std::string axis_;
   std::vector<Mesh> stage_meshes_;
+  Boundary boundary_;
   std::vector<int64_t> coords_;
   int stage_ = -1;
   std::map<int, ::dax::detail::Communicator*> links_;  // other stage -> the pair's communicator
