@@ -124,7 +124,7 @@ struct Run {
   int64_t moe_rows = 0;  // the last step's rows sent to or received for experts (lm::moe_rows_moved)
   std::vector<dax::ImplicitReshard> implicit;  // the last step's forward: inputs ops moved on their own
   std::optional<lm::Model> params;  // after the last step
-  std::vector<lm::Chunk> chunks;    // the same, through the pipeline (--pp): every chunk's
+  std::vector<lm::Chunk> chunks;    // through the pipeline (--pp): every chunk's parameters after the last step
   double seconds = 0;
   int64_t last_step_peak = 0;
   std::vector<int> skipped;  // steps a float16 overflow skipped (--precision f16)  // the most dax's buffers held during the last step, less what they held before training
@@ -709,7 +709,7 @@ int main(int argc, char** argv) {
               << "all-reduce over model, less the cross-entropy's " << bytes.cross_entropy << " B): " << bytes.megatron
               << " B, formula "
               << (c.compute == dax::DType::float32 ? "(4L+2) * 2(m-1)/m"
-                  : layout.sp ? "(2L(3s+1) + 3 + s, s = 1/2: the 16-bit moves) * (m-1)/m"
+                  : layout.sp ? "(pL(3s+1) + 3 + s, p = the products a layer, s = 1/2: the 16-bit moves) * (m-1)/m"
                               : "(2L/2 + 2L + 2, the forward's in 16 bits) * 2(m-1)/m")
               << " * |activation| = " << bytes.formula.megatron << " B\n";
     if (fsdp)

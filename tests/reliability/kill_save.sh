@@ -18,17 +18,27 @@ job=
 trap 'if [ -n "$job" ]; then kill -9 $(pgrep -P "$job") "$job" 2>/dev/null; fi; rm -rf "$root" "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 survived=0
+relaunched=0
 for ((r = 1; r <= rounds; r++)); do
   "${launcher[@]}" -np 2 --oversubscribe "$program" save "$root" >"$out" 2>&1 &
   job=$!
-  before=0  # $out is the launcher's new file (truncated by the redirection above)
   for ((t = 0; t < 600; t++)); do  # up to 60 s for the first save of the round (a loaded machine)
-    [ "$(grep -c '^saved' "$out")" -gt "$before" ] && break
+    grep -q '^saved' "$out" && break
     kill -0 "$job" 2>/dev/null || break
     sleep 0.1
   done
   if ! grep -q '^saved' "$out"; then
-    echo "round $r: the saving job never saved:"; cat "$out"; exit 1
+    # A job that ended on its own before saving anything (its launch failed under load: seen once
+    # in a few runs beside the other reliability tests) is not a checkpoint that failed: start the
+    # round again, once in the whole test, saying so. A second time fails.
+    status=0
+    kill -0 "$job" 2>/dev/null || { wait "$job"; status=$?; }
+    if [ "$status" != 0 ] && [ "$relaunched" = 0 ]; then
+      echo "round $r: the saving job ended (status $status) before its first save; starting the round again"
+      relaunched=1 job= r=$((r - 1))
+      continue
+    fi
+    echo "round $r: the saving job never saved (status $status):"; cat "$out"; exit 1
   fi
   sleep "0.$((RANDOM % 7))$((RANDOM % 10))"
   ranks=$(pgrep -P "$job")

@@ -211,7 +211,7 @@ DAX_OUTLINE void ProfiledOp::open(const char* name, const char* role, std::initi
   args_ = {{role, json_string(shapes)}, {"shardings", json_string(shardings)}, {"mesh_axes", json_string(axes)}};
   log_->open.push_back({0, 0, name});
   profile_wait_for_device();
-  bytes_before_ = memory_stats().bytes_in_use;
+  bytes_before_ = detail::bytes_in_use();
   start_ = profile_clock_ns();
 }
 
@@ -221,7 +221,7 @@ DAX_OUTLINE void ProfiledOp::close() {
   const ProfileLog::OpenOp done = log_->open.back();
   log_->open.pop_back();
   ProfileEvent e{name_, "op", start_ - log_->origin_ns, now - start_, std::move(args_)};
-  e.args.emplace_back("bytes", std::to_string(memory_stats().bytes_in_use - bytes_before_));
+  e.args.emplace_back("bytes", std::to_string(detail::bytes_in_use() - bytes_before_));
   e.args.emplace_back("comm_bytes", std::to_string(done.comm_bytes));
   e.args.emplace_back("collectives", std::to_string(done.collectives));
   log_->events.push_back(std::move(e));

@@ -427,7 +427,9 @@ class PendingPpermute {
       : x_(std::move(x)), axes_(std::move(axes)), perm_(std::move(perm)), out_(std::move(out)), call_(std::move(call)),
         group_(std::move(group)), bytes_(bytes), started_(started), members_(members) {}
   PendingPpermute(PendingPpermute&&) noexcept = default;
-  PendingPpermute& operator=(PendingPpermute&&) noexcept = default;
+  // Not assignable: a defaulted move assignment would free the old exchange's buffers before its
+  // wait (members go in order), while MPI may still write into them.
+  PendingPpermute& operator=(PendingPpermute&&) = delete;
   ~PendingPpermute() {
     if (call_) {  // dropped unwaited: the peers run it to the end, so this side does too
       try {

@@ -17,7 +17,7 @@ inline std::vector<MemoryStats> memory_stats_per_device() {
       {mine.bytes_in_use, mine.peak_bytes_in_use, mine.bytes_reserved, mine.num_allocs});
   std::vector<MemoryStats> out(all.size() / 4);
   for (size_t r = 0; r < out.size(); ++r)
-    out[r] = MemoryStats{all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3], {}};  // parts: this rank's only
+    out[r] = MemoryStats{all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3], {}};  // (parts: memory_stats())
   return out;
 }
 
