@@ -198,26 +198,26 @@ class Buffer {
   int part_;
 };
 
-/// A buffer from `allocator` that goes back to it when released.
-template <class Allocator>
-std::shared_ptr<Buffer> make_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
+/// A buffer from `allocator` that goes back to it when released, counted under this thread's
+/// memory part; `Shared`: in memory the node's other processes can map (see allocate).
+template <bool Shared, class Allocator>
+std::shared_ptr<Buffer> make_block(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
   const int part = current_memory_part();
-  void* p = allocator->allocate(bytes, false, part);
+  void* p = allocator->allocate(bytes, Shared, part);
   return std::make_shared<Buffer>(
       p, bytes, allocator,
-      [](void* owner, void* ptr, size_t n, int part) { static_cast<Allocator*>(owner)->deallocate(ptr, n, false, part); },
+      [](void* owner, void* ptr, size_t n, int part) { static_cast<Allocator*>(owner)->deallocate(ptr, n, Shared, part); },
       part, [](void* owner, size_t n, int from, int to) { static_cast<Allocator*>(owner)->relabel(n, from, to); });
 }
 
-/// A buffer from `allocator` in memory the node's other processes can map (see allocate).
+template <class Allocator>
+std::shared_ptr<Buffer> make_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
+  return make_block<false>(allocator, bytes);
+}
+
 template <class Allocator>
 std::shared_ptr<Buffer> make_shared_buffer(const std::shared_ptr<Allocator>& allocator, size_t bytes) {
-  const int part = current_memory_part();
-  void* p = allocator->allocate(bytes, true, part);
-  return std::make_shared<Buffer>(
-      p, bytes, allocator,
-      [](void* owner, void* ptr, size_t n, int part) { static_cast<Allocator*>(owner)->deallocate(ptr, n, true, part); },
-      part, [](void* owner, size_t n, int from, int to) { static_cast<Allocator*>(owner)->relabel(n, from, to); });
+  return make_block<true>(allocator, bytes);
 }
 
 /// A view of `bytes` bytes at `offset` inside `parent`, keeping it alive; frees nothing itself.
