@@ -20,6 +20,8 @@
 // --pp N adds a 'stage' axis of N (mesh data x stage x model) and trains through dax::pipeline:
 // the layers cut into N * V chunks, the batch into M microbatches (default 2N), checked the same
 // way plus each stage's peak activations against the schedule and the stage transfers' bytes.
+// The two combine (mesh data x stage x context x model): each stage's attention a ring over its
+// own 'context' devices.
 // Without --mesh, an even N makes a (N/2, 2) mesh, an odd N an (N, 1) one. The bytes are checked
 // where the formulas apply (the data axis divides the batch); elsewhere the output says why not.
 // --simulate N plans one step on N simulated devices in this one process (dax::simulate, the meta
@@ -199,13 +201,15 @@ struct PipelineReport {
   double data_parallel = 0, data_formula = 0;  // all-reduce of this stage's gradients over 'data'
   double megatron = 0, megatron_formula = 0;   // all-reduces over 'model' (the cross-entropy's included)
   double experts = 0, experts_formula = 0;     // all_to_allv over 'data': 2 x rows moved x d_model x 4
+  double context = 0, context_formula = 0;     // --cp: ring attention's ppermutes over 'context'
   bool ok = true;
 };
 
 /// The same training through dax::pipeline on a (data, stage, model) mesh: the layers cut into
 /// stages * virtual_stages chunks, each step's batch into microbatches (the same batches, so the
 /// losses are the unpipelined run's), AdamW over the chunks' parameters, clipping by the norm of
-/// every stage's gradients together.
+/// every stage's gradients together. With --cp each stage's mesh has a 'context' axis too: every
+/// microbatch's tokens go in context order (lm::context_order) and attention is a ring over it.
 Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool sp,
                     const dax::pipeline::Schedule& schedule, const std::string& text, int steps, bool print,
                     PipelineReport& report) {
@@ -237,8 +241,9 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
       const auto part = [&](const std::vector<int32_t>& v) {
         return std::vector<int32_t>(v.begin() + i * rows, v.begin() + (i + 1) * rows);
       };
-      inputs.push_back(dax::device_put(part(b.ids), {rows}, layout_of(0).tokens()));
-      targets.push_back(dax::device_put(part(b.labels), {rows}, layout_of(chunks - 1).tokens()));
+      inputs.push_back(dax::device_put(lm::context_order(mc, layout_of(0), part(b.ids)), {rows}, layout_of(0).tokens()));
+      const lm::Layout& last = layout_of(chunks - 1);
+      targets.push_back(dax::device_put(lm::context_order(mc, last, part(b.labels)), {rows}, last.tokens()));
     }
     dax::comm_stats().reset();
     lm::moe_rows_moved() = 0;
@@ -257,8 +262,9 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
   const int device = dax::Runtime::current().rank(), stage = pipe.stage();
   const lm::Layout& here = layouts[size_t(stage)];
   const double n_data = double(mesh.axis_size("data")), n_model = double(mesh.axis_size("model"));
-  const double tokens_here = double(rows) / n_data, activation = tokens_here * double(c.d_model) * 4;
-  double pieces = 0, reduces = 0, cross_entropy = 0, experts_over_model = 0;
+  const double n_context = here.context() ? double(mesh.axis_size("context")) : 1;
+  const double tokens_here = double(rows) / (n_data * n_context), activation = tokens_here * double(c.d_model) * 4;
+  double pieces = 0, reduces = 0, cross_entropy = 0, experts_over_model = 0, layers_here = 0;
   for (int k = 0; k < chunks; ++k) {
     if (schedule.stage_of(k) != stage) continue;
     pieces += lm::pieces_bytes(here, params[size_t(k)], device);
@@ -267,6 +273,7 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
     // forward on the first chunk, the head input's backward on the last.
     // (Experts in place of the MLPs take two a layer away.)
     reduces += (c.experts > 0 ? 2.0 : 4.0) * double(params[size_t(k)].layers.size()) + (k == 0) + (k == chunks - 1);
+    layers_here += double(params[size_t(k)].layers.size());
     if (k == chunks - 1) cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4 * m;
     // A chunk boundary to another stage: m activations in, or m gradients in.
     // With SP the residual stream crosses split over 'model': each device its 1/model of it.
@@ -286,6 +293,10 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
     report.data_parallel = double(st.of("all_gather", "('data',)").bytes + st.of("reduce_scatter", "('data',)").bytes);
     // Gathered again for each microbatch, in the compute type; reduce-scattered in float32.
     report.data_formula = m * (lm::compute_share(c) + 1) * (n_data - 1) / n_data * pieces;
+  } else if (here.context()) {  // the gradients summed over the tokens of data x context, once a step
+    report.data_parallel = double(st.of("all_reduce", "('data',)").bytes + st.of("all_reduce", "('data', 'context')").bytes +
+                                  st.of("all_reduce", "('context',)").bytes);
+    report.data_formula = lm::data_parallel_formula(n_data * n_context, 1, pieces, 0);
   } else {
     report.data_parallel = double(st.of("all_reduce", "('data',)").bytes + st.of("all_reduce", "('data', 'model')").bytes);
     double sp_pieces = 0;  // with SP, the gradients summed over the residual stream's tokens
@@ -299,10 +310,14 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
         report.data_formula += m * double(params[size_t(k)].layers.size()) *
                                lm::experts_scalar_bytes(c, n_data * (sp ? n_model : 1));
   }
+  // Ring attention: each layer passes its k and v blocks (this device's tokens x its heads' width)
+  // c - 1 steps forward and their gradients c - 1 steps back, every microbatch (lm::formula_bytes).
+  report.context = double(st.of("ppermute", "('context',)").bytes);
+  report.context_formula = layers_here * m * 4 * (n_context - 1) * tokens_here * double(c.d_model) / n_model * 4;
   report.experts = double(st.of("all_to_allv", "('data',)").bytes);
   report.experts_formula = 2.0 * double(run.moe_rows) * double(c.d_model) * 4;
   report.ok = report.experts == report.experts_formula && std::abs(report.sent_received - report.sent_formula) < 1 &&
-              std::abs(report.data_parallel - report.data_formula) <= tolerance &&
+              std::abs(report.data_parallel - report.data_formula) <= tolerance && report.context == report.context_formula &&
               report.megatron <= report.megatron_formula + tolerance;
   return run;
 }
@@ -328,10 +343,15 @@ struct Options {
   std::string error;            // empty when the options are usable
 };
 
-/// The mesh of a run without --pp: (data, model), with --cp (data, context, model).
+/// The mesh of a run: (data, model); with --pp a 'stage' axis after 'data', with --cp a 'context'
+/// axis before 'model' (data, stage, context, model at most).
 dax::Mesh run_mesh(const Options& o) {
-  return o.cp > 1 ? dax::Mesh({o.data, o.cp, o.model}, {"data", "context", "model"})
-                  : dax::Mesh({o.data, o.model}, {"data", "model"});
+  dax::Shape shape{o.data};
+  std::vector<std::string> names{"data"};
+  if (o.pp > 1) shape.push_back(o.pp), names.push_back("stage");
+  if (o.cp > 1) shape.push_back(o.cp), names.push_back("context");
+  shape.push_back(o.model), names.push_back("model");
+  return dax::Mesh(shape, names);
 }
 
 Options parse_options(int argc, char** argv, int ranks) {
@@ -419,7 +439,6 @@ Options parse_options(int argc, char** argv, int ranks) {
     why << (o.cp > 1 ? "--cp " + std::to_string(o.cp) + (o.pp > 1 ? " x " : "") : "")
         << (o.pp > 1 || o.cp == 1 ? "--pp " + std::to_string(o.pp) : "") << " does not divide the job's " << ranks << " ranks; ";
   if (o.cp > 1) {  // ring attention over 'context' (what it is not combined with yet, and why)
-    if (o.pp > 1) why << "--cp with --pp is not offered yet; ";
     if (o.sp) why << "--cp with --sp is not offered yet (both split the sequence); ";
     if (o.fsdp) why << "--cp with --fsdp is not offered yet (its bytes are not checked); ";
     if (o.moe > 0) why << "--cp with --moe is not offered yet; ";
@@ -483,7 +502,7 @@ Options parse_options(int argc, char** argv, int ranks) {
 int pipelined_main(const Options& o, bool root) {
   const lm::Config& c = o.config;
   const int n = dax::Runtime::current().size();
-  const dax::Mesh mesh({o.data, o.pp, o.model}, {"data", "stage", "model"});
+  const dax::Mesh mesh = run_mesh(o);
   const auto schedule = dax::pipeline::make_schedule(*dax::pipeline::schedule_kind(o.schedule), int(o.pp), int(o.microbatches),
                                                      int(o.virtual_stages));
   const std::string text = make_text(1 << 16);
@@ -491,7 +510,8 @@ int pipelined_main(const Options& o, bool root) {
   if (root)
     std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads
               << " heads, sequence " << c.seq << ", batch " << c.batch << ", " << o.steps << " AdamW steps on "
-              << mesh << (o.fsdp ? " with FSDP" : "") << (o.sp ? " with sequence parallelism" : "") << experts_text(c) << "\npipeline: " << dax::pipeline::to_string(schedule.kind)
+              << mesh << (o.fsdp ? " with FSDP" : "") << (o.sp ? " with sequence parallelism" : "")
+              << (o.cp > 1 ? " with context parallelism (ring attention)" : "") << experts_text(c) << "\npipeline: " << dax::pipeline::to_string(schedule.kind)
               << ", " << schedule.stages << " stages x " << schedule.virtual_stages << " chunk(s) each, "
               << schedule.microbatches << " microbatches of " << c.batch / schedule.microbatches << " rows\n";
   PipelineReport report;
@@ -528,6 +548,10 @@ int pipelined_main(const Options& o, bool root) {
               << report.sent_received << " B (formula " << report.sent_formula << "), over data "
               << report.data_parallel << " B (formula " << report.data_formula << "), over model " << report.megatron
               << " B (Megatron's formula, at most " << report.megatron_formula << ")"
+              << (report.context_formula > 0 ? ", ring attention (ppermute over context) " +
+                                                   std::to_string(int64_t(report.context)) + " B (formula " +
+                                                   std::to_string(int64_t(report.context_formula)) + ")"
+                                             : std::string())
               << (c.experts > 0 ? ", experts (all_to_allv over data) " + std::to_string(int64_t(report.experts)) +
                                       " B (formula " + std::to_string(int64_t(report.experts_formula)) + ")"
                                 : std::string())
@@ -602,7 +626,7 @@ int simulated_main(const Options& o, bool root) {
   const dax::MetaDevices devices{.count = static_cast<int>(o.simulate), .device = static_cast<int>(o.simulate_device)};
   const dax::SimulationReport report = dax::simulate(devices, [&] {
     if (o.pp > 1) {  // the pipeline's step: this device's stage, its transfers and its chunks' bytes
-      const dax::Mesh mesh({o.data, o.pp, o.model}, {"data", "stage", "model"});
+      const dax::Mesh mesh = run_mesh(o);
       const auto schedule = dax::pipeline::make_schedule(*dax::pipeline::schedule_kind(o.schedule), int(o.pp),
                                                          int(o.microbatches), int(o.virtual_stages));
       PipelineReport piped;
@@ -627,7 +651,8 @@ int simulated_main(const Options& o, bool root) {
   std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads << " heads, "
             << (parameters > 0 ? std::to_string(parameters / 1e9) + "B parameters, " : std::string()) << "sequence "
             << c.seq << ", batch " << c.batch << ", one AdamW step on " << o.simulate << " simulated devices, data="
-            << o.data << (o.pp > 1 ? " x stage=" + std::to_string(o.pp) : std::string()) << " x model=" << o.model
+            << o.data << (o.pp > 1 ? " x stage=" + std::to_string(o.pp) : std::string())
+            << (o.cp > 1 ? " x context=" + std::to_string(o.cp) : std::string()) << " x model=" << o.model
             << (o.pp > 1 ? " (" + o.schedule + ", " + std::to_string(o.microbatches) + " microbatches)" : std::string())
             << (o.fsdp ? " with FSDP" : "")
             << (o.sp ? " with sequence parallelism" : "") << "\n"

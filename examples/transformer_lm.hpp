@@ -352,26 +352,6 @@ inline Chunk init_chunk(const Config& c, const Layout& layout, uint64_t seed, in
   return out;
 }
 
-/// A chunk's forward for a microbatch (`c.batch` is the microbatch's rows): token ids in on the
-/// first chunk, activations (tokens, d_model) otherwise; activations out, or the logits on the last.
-template <class In>
-Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, const In& in) {
-  const Chunk p = gathered(c, stored, layout);
-  Array x = [&] {
-    if constexpr (std::is_same_v<In, Ids>) {
-      std::vector<int32_t> positions;
-      for (int64_t i = 0; i < c.tokens(); ++i) positions.push_back(static_cast<int32_t>(i % c.seq));
-      const Ids pos = dax::device_put(positions, {c.tokens()}, layout.tokens());
-      return embed(layout, p.embed.at("wte"), p.embed.at("wpe"), in, pos);
-    } else {
-      return in;
-    }
-  }();
-  x = blocks(c, layout, p.layers, x);
-  if (!p.final.empty()) return head(c, layout, x, p.final.at("lnf_g"), p.final.at("lnf_b"), p.final.at("head"));
-  return x;
-}
-
 /// A batch's values (rows of c.seq, row-major) in the order the tokens lie with context parallelism
 /// (Layout::tokens splits them over 'data' and then 'context'): data group by data group, context
 /// block by block, each block its rows' zigzag chunks (dax::parallel::zigzag_order: chunks i and
@@ -390,6 +370,27 @@ std::vector<V> context_order(const Config& c, const Layout& layout, const std::v
         for (int64_t t = 0; t < block; ++t)
           out.push_back(values[static_cast<size_t>((g * rows + r) * c.seq + zigzag[static_cast<size_t>(b * block + t)])]);
   return out;
+}
+
+/// A chunk's forward for a microbatch (`c.batch` is the microbatch's rows): token ids in on the
+/// first chunk, activations (tokens, d_model) otherwise; activations out, or the logits on the last.
+template <class In>
+Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, const In& in) {
+  const Chunk p = gathered(c, stored, layout);
+  Array x = [&] {
+    if constexpr (std::is_same_v<In, Ids>) {
+      std::vector<int32_t> positions;
+      for (int64_t i = 0; i < c.tokens(); ++i) positions.push_back(static_cast<int32_t>(i % c.seq));
+      // With --cp the microbatch's tokens lie in context order (the caller put its ids so).
+      const Ids pos = dax::device_put(context_order(c, layout, positions), {c.tokens()}, layout.tokens());
+      return embed(layout, p.embed.at("wte"), p.embed.at("wpe"), in, pos);
+    } else {
+      return in;
+    }
+  }();
+  x = blocks(c, layout, p.layers, x);
+  if (!p.final.empty()) return head(c, layout, x, p.final.at("lnf_g"), p.final.at("lnf_b"), p.final.at("head"));
+  return x;
 }
 
 /// DESIGN §6's bytes for one training step, received per device (ring collectives).

@@ -365,3 +365,41 @@ TEST_CASE("matmul rule: keep_unreduced leaves K partial sums for the consumer", 
                                           std::nullopt, false, false, true);
   CHECK_FALSE(r.target.is_unreduced());
 }
+
+TEST_CASE("matmul rule: a leaf's cotangent summed over microbatches pays its share of the one reduction",
+          "[ops][matmul][cost]") {
+  // A pipeline's weight gradient dW = H^T @ dY for one microbatch of 128 tokens split over 'x' (4),
+  // W (512, 128) replicated. Alone, keeping the K partial sums costs an all-reduce of dW (larger
+  // than the microbatch's activations), so the rule gathers instead; when m backward passes add
+  // their dW unreduced and reduce once, each pays 1/m of it and the partial sums are kept.
+  const Mesh mesh({4}, {"x"});
+  auto s = [&](P p) { return NamedSharding(mesh, p); };
+  const Shape ht{512, 128}, dy{128, 128};
+  const dax::CostModel model{5e9, 1e30};  // bytes decide
+  ScopedModel scoped(model);
+  auto rule = [&](int64_t sums) {
+    return dax::detail::matmul_rule(ht, s(P(dax::none, "x")), dy, s(P("x")), s(P()), false, false, true, 4, {}, sums);
+  };
+  const auto alone = rule(1), of_four = rule(4), of_sixteen = rule(16);
+  INFO(dax::detail::explain_matmul_rule(alone, ht, dy, 4) << dax::detail::explain_matmul_rule(of_four, ht, dy, 4));
+  const auto role = [](const dax::detail::MatmulRule& r) { return dax::detail::role_name(r.best().roles[0], 0); };
+  CHECK(role(alone) != "K");
+  CHECK(role(of_four) == "K");
+  CHECK(role(of_sixteen) == "K");
+  // K's candidate: nothing moves now; the all-reduce of dW (2 x 3/4 x 65,536 elements) counted
+  // once for all: 1/m of it here.
+  const auto k_of = [&](const dax::detail::MatmulRule& r) {
+    for (const auto& c : r.candidates)
+      if (dax::detail::role_name(c.roles[0], 0) == "K") return c;
+    FAIL("no K candidate");
+    return r.best();
+  };
+  CHECK(k_of(alone).total() == 98304);
+  CHECK(k_of(of_four).total() == 98304 / 4);
+  CHECK(k_of(of_sixteen).total() == 98304 / 16);
+  CHECK(of_four.target == dax::detail::with_unreduced_axes(s(P()), 2, {0}));  // kept, reduced later
+  // Candidates that reduce nothing later pay the same either way.
+  for (size_t i = 0; i < alone.candidates.size(); ++i)
+    if (dax::detail::role_name(alone.candidates[i].roles[0], 0) != "K")
+      CHECK(alone.candidates[i].total() == of_four.candidates[i].total());
+}

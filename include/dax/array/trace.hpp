@@ -79,6 +79,11 @@ class Tracer {
   virtual uint64_t record(const char* op, std::vector<uint64_t> inputs, Pullback pullback, Varying varying = {}) = 0;
   /// The mesh axes (bits) the value of node `id` varies over inside its shard_map body.
   virtual uint64_t varying_axes(uint64_t id) const = 0;
+  /// Whether node `id` is a leaf: a value the gradient is taken with respect to.
+  virtual bool is_leaf(uint64_t id) const {
+    (void)id;
+    return false;
+  }
 };
 
 /// The tracer of the gradient being taken on this thread, or null.
@@ -123,6 +128,31 @@ bool tracing(const DistArray<In>&... inputs) {
 template <class T>
 bool needs_gradient(const DistArray<T>& x) {
   return is_floating_v<T> && x.trace_id() != 0 && (x.trace_id() & kTypingOnly) == 0;
+}
+
+/// How many backward passes add their cotangents of a leaf together, unreduced, before the sum is
+/// reduced once: a pipeline's microbatches (LeafSums), else 1. A product whose cotangent for a
+/// leaf keeps partial sums then pays 1/n of that reduction (ops/matmul_rule.hpp).
+inline int64_t& leaf_sum_count() {
+  thread_local int64_t count = 1;
+  return count;
+}
+/// While alive, leaves' cotangents are summed over `count` backward passes (see leaf_sum_count).
+class LeafSums {
+ public:
+  explicit LeafSums(int64_t count) : previous_(leaf_sum_count()) { leaf_sum_count() = count; }
+  ~LeafSums() { leaf_sum_count() = previous_; }
+  LeafSums(const LeafSums&) = delete;
+  LeafSums& operator=(const LeafSums&) = delete;
+
+ private:
+  int64_t previous_;
+};
+/// leaf_sum_count() where x is a leaf of the gradient being taken, else 1.
+template <class T>
+int64_t leaf_sums_of(const DistArray<T>& x) {
+  return needs_gradient(x) && active_tracer() != nullptr && active_tracer()->is_leaf(x.trace_id()) ? leaf_sum_count()
+                                                                                                    : 1;
 }
 
 using Cotangents = std::vector<AnyArray>;

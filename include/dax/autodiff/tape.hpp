@@ -80,8 +80,13 @@ class Tape final : public Tracer {
     return it == index_.end() ? 0 : nodes_[it->second].varying;
   }
 
+  bool is_leaf(uint64_t id) const override {
+    const auto it = index_.find(id);
+    return it != index_.end() && nodes_[it->second].op == kLeafOp;
+  }
+
   /// A new leaf (a value gradients are taken with respect to).
-  uint64_t watch() { return add_node("input", {}, nullptr, nullptr, 0, {}); }
+  uint64_t watch() { return add_node(kLeafOp, {}, nullptr, nullptr, 0, {}); }
 
   /// Runs the backward from `output` with cotangent `seed`; returns the summed cotangents that
   /// reach the leaves in `leaves` (a leaf nothing reached is absent). The tape stays as it was (a
@@ -244,6 +249,7 @@ class Tape final : public Tracer {
   }
 
  private:
+  static constexpr const char* kLeafOp = "input";  // compared by address: only watch() uses it
   struct Node {
     uint64_t id;
     const char* op;

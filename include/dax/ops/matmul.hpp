@@ -25,33 +25,35 @@ inline RuleCache<MatmulRule>& matmul_rules() {
 
 /// While a gradient is being taken, the rule prices the product's backward too (MatmulGrad):
 /// `grad` says which operands will get cotangents.
+/// `sums`: see matmul_rule (a leaf's cotangent, summed over that many backward passes).
 template <class T>
 const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
                                   const std::optional<NamedSharding>& out, bool a_vector, bool b_vector,
-                                  bool keep_unreduced = false, MatmulGrad grad = {}) {
+                                  bool keep_unreduced = false, MatmulGrad grad = {}, int64_t sums = 1) {
   RuleKey key{2000 + a_vector + 2 * b_vector, {a.shape(), b.shape()}, {a.sharding(), b.sharding()},
-              {keep_unreduced, static_cast<int64_t>(sizeof(T)), grad.a + 2 * grad.b}};
+              {keep_unreduced, static_cast<int64_t>(sizeof(T)), grad.a + 2 * grad.b, grad.a_sums, grad.b_sums, sums}};
   if (out) key.shardings.push_back(*out);
   return matmul_rules().get(std::move(key), [&] {
     return matmul_rule(a.shape(), a.sharding(), b.shape(), b.sharding(), out, a_vector, b_vector, keep_unreduced,
-                       sizeof(T), grad);
+                       sizeof(T), grad, sums);
   });
 }
 
-/// The operands a gradient will flow back to from a product of a and b recorded now.
+/// The operands a gradient will flow back to from a product of a and b recorded now (and, for a
+/// leaf, over how many backward passes its cotangent is summed).
 template <class T>
 MatmulGrad matmul_grad(const DistArray<T>& a, const DistArray<T>& b) {
   if (!tracing(a, b)) return {};
-  return {needs_gradient(a), needs_gradient(b)};
+  return {needs_gradient(a), needs_gradient(b), leaf_sums_of(a), leaf_sums_of(b)};
 }
 
 /// `keep_unreduced`: the result is laid out by `out`'s dimensions but partial sums over the split
 /// contraction stay unreduced (a cotangent, reduced once where its consumer needs it: DESIGN §6).
 template <class T>
 DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
-                       bool a_vector, bool b_vector, bool keep_unreduced = false) {
+                       bool a_vector, bool b_vector, bool keep_unreduced = false, int64_t sums = 1) {
   const ProfiledOp profiled("matmul", a, b);
-  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced, matmul_grad(a, b));
+  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced, matmul_grad(a, b), sums);
   const MatmulCandidate& c = rule.best();
   const DistArray<T> am = operand_to(a, c.a, "matmul"), bm = operand_to(b, c.b, "matmul");
   Runtime& rt = Runtime::current();
@@ -70,19 +72,23 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
 /// with the contraction's partial sums left unreduced, then summed over broadcast batch dims.
 /// When both products want g moved to the same layout (g split where the forward's output was
 /// asked to be, e.g. a row-parallel output under sequence parallelism), it is moved once.
+/// `sums` (MatmulGrad's a_sums, b_sums as the forward saw them): a leaf operand's cotangent is
+/// summed over that many backward passes before its one reduction.
 template <class T>
 Cotangents matmul_cotangents(const DistArray<T>& g, const DistArray<T>& a, const DistArray<T>& b, bool need_a,
-                             bool need_b) {
+                             bool need_b, MatmulGrad sums = {}) {
   Cotangents out(2);
   const DistArray<T> bt = transpose_last_two(b), at = transpose_last_two(a);
   DistArray<T> gm = g;
   if (need_a && need_b) {
-    const NamedSharding for_a = matmul_rule_for(g, bt, a.sharding(), false, false, true, matmul_grad(g, bt)).best().a;
-    const NamedSharding for_b = matmul_rule_for(at, g, b.sharding(), false, false, true, matmul_grad(at, g)).best().b;
+    const NamedSharding for_a =
+        matmul_rule_for(g, bt, a.sharding(), false, false, true, matmul_grad(g, bt), sums.a_sums).best().a;
+    const NamedSharding for_b =
+        matmul_rule_for(at, g, b.sharding(), false, false, true, matmul_grad(at, g), sums.b_sums).best().b;
     if (for_a == for_b && !(for_a == g.sharding())) gm = moved_to(g, for_a);
   }
-  if (need_a) out[0] = AnyArray(sum_to(matmul_nd(gm, bt, a.sharding(), false, false, true), a.shape()));
-  if (need_b) out[1] = AnyArray(sum_to(matmul_nd(at, gm, b.sharding(), false, false, true), b.shape()));
+  if (need_a) out[0] = AnyArray(sum_to(matmul_nd(gm, bt, a.sharding(), false, false, true, sums.a_sums), a.shape()));
+  if (need_b) out[1] = AnyArray(sum_to(matmul_nd(at, gm, b.sharding(), false, false, true, sums.b_sums), b.shape()));
   return out;
 }
 
@@ -107,13 +113,14 @@ DistArray<T> matmul(const DistArray<T>& a, const DistArray<T>& b,
     return out ? detail::moved_to(r, *out) : r;
   }();
   detail::record("matmul", r, [&](auto need) {
-    return [need, a2, b2, av, bv](const DistArray<T>& g) {
+    const detail::MatmulGrad sums = detail::matmul_grad(a, b);  // leaves' sums, as the forward sees them
+    return [need, a2, b2, av, bv, sums](const DistArray<T>& g) {
       DistArray<T> g2 = g;  // the added unit dimensions back in place
       if (av) g2 = detail::insert_unit_dim(g2, g2.ndim() - (bv ? 0 : 1));
       if (bv) g2 = detail::insert_unit_dim(g2, g2.ndim());
       // A split backward may want one side only (the weight's GEMM waits for its own pass).
       const bool need_a = need[0] && detail::cotangent_wanted(0), need_b = need[1] && detail::cotangent_wanted(1);
-      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need_a, need_b);
+      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need_a, need_b, sums);
       if (av && need_a) c[0] = detail::AnyArray(detail::drop_unit_dim(c[0].template as<T>(), 0));
       if (bv && need_b) {
         const auto& cb = c[1].template as<T>();

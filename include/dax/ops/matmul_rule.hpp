@@ -28,6 +28,9 @@ namespace dax::detail {
 /// products are priced with the forward's (matmul_rule).
 struct MatmulGrad {
   bool a = false, b = false;
+  // Where an operand is a leaf, the backward passes whose cotangents of it are summed before one
+  // reduction (leaf_sum_count: a pipeline's microbatches): its product's share of that reduction.
+  int64_t a_sums = 1, b_sums = 1;
   bool any() const { return a || b; }
 };
 
@@ -70,10 +73,13 @@ inline std::vector<int> ordered(const std::vector<int>& current, const std::vect
 /// request splits a dimension with are still reduce-scattered there); autodiff's cotangents use it.
 /// `item_bytes` sizes the elements moved (the model's bandwidth is in bytes). `grad`: while a
 /// gradient is being taken, a candidate also pays for its backward (matmul_backward_cost).
+/// `sums` (with keep_unreduced): the result is a leaf's cotangent that `sums` backward passes add
+/// to, unreduced, before it is reduced once (a pipeline's microbatches): a candidate pays 1/sums of
+/// that reduction, so a pipeline keeps partial sums where one product alone would gather instead.
 inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                               const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
                               bool b_vector, bool keep_unreduced = false, int64_t item_bytes = 4,
-                              MatmulGrad grad = {});
+                              MatmulGrad grad = {}, int64_t sums = 1);
 
 /// Shape and sharding with the last two dimensions swapped (a transpose's view, no move).
 inline std::pair<Shape, NamedSharding> swap_last_two(const Shape& shape, const NamedSharding& s) {
@@ -105,18 +111,19 @@ inline BackwardCost matmul_backward_cost(const Shape& a_shape, const NamedShardi
   };
   if (grad.a) {
     const auto [bt_shape, bt] = swap_last_two(b_shape, b);
-    add(matmul_rule(out_shape, g, bt_shape, bt, a, false, false, true, item_bytes));
+    add(matmul_rule(out_shape, g, bt_shape, bt, a, false, false, true, item_bytes, {}, grad.a_sums));
   }
   if (grad.b) {
     const auto [at_shape, at] = swap_last_two(a_shape, a);
-    add(matmul_rule(at_shape, at, out_shape, g, b, false, false, true, item_bytes));
+    add(matmul_rule(at_shape, at, out_shape, g, b, false, false, true, item_bytes, {}, grad.b_sums));
   }
   return cost;
 }
 
 inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                               const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
-                              bool b_vector, bool keep_unreduced, int64_t item_bytes, MatmulGrad grad) {
+                              bool b_vector, bool keep_unreduced, int64_t item_bytes, MatmulGrad grad,
+                              int64_t sums) {
   DAX_CHECK(a.mesh() == b.mesh(), "matmul: operands must be on the same mesh, got ", to_string(a.mesh()), " and ",
             to_string(b.mesh()));
   const size_t ra = a_shape.size(), rb = b_shape.size();
@@ -211,6 +218,12 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       const MoveCost out_move =
           reshard_move_cost(out_shape, c.out, requested && keep_unreduced ? *requested : c.target);
       c.out_cost = out_move.elements;
+      if (requested && keep_unreduced && sums > 1 && !(c.target == *requested)) {
+        // The later reduction (from the kept partial sums to the request) runs once for `sums`
+        // such products: this one pays its share.
+        const int64_t later = reshard_move_cost(out_shape, c.target, *requested).elements;
+        c.out_cost = std::max<int64_t>(0, c.out_cost - (later - later / sums));
+      }
       c.collectives = a_move.collectives + b_move.collectives + out_move.collectives;
       // The largest local product: the work divides only over axes that split batch, M, N or K.
       double work = 2.0 * static_cast<double>(largest_chunk(m_size, c.out.num_pieces(nb))) *

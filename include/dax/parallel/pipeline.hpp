@@ -238,6 +238,9 @@ class Pipeline {
       sent_shapes_.clear();
       const auto& actions = schedule_.actions[stage_];
       OnlyMeshRanks stage_ranks;  // a chunk's shard_maps (ring attention, experts) run on its stage alone
+      // The parameters' cotangents add up over the m microbatches, unreduced, and are reduced once:
+      // the planner prices each backward's share of that reduction (matmul_rule's `sums`).
+      const ::dax::detail::LeafSums leaf_sums(m);
       for (size_t k = 0; k < actions.size(); ++k) {
         const Action& act = actions[k];
         const int c = act.chunk, i = act.microbatch;
