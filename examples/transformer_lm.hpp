@@ -290,13 +290,20 @@ inline Array mlp(const Config& c, const Layout& layout, const Layer& p, const Ar
 /// positions' rows, looked up where the residual stream's rows are (with SP each device its own
 /// tokens' positions: no communication either way, wpe's gradient summed with the others').
 inline Array embed(const Layout& layout, const Array& wte, const Array& wpe, const Ids& ids, const Ids& positions) {
+  const dax::NamedScope scope("embedding");
   return dax::take(wte, ids, 0, layout.residual()) + dax::take(wpe, dax::reshard(positions, layout.residual_tokens()), 0);
 }
 
 /// The layers on the residual stream x.
 inline Array blocks(const Config& c, const Layout& layout, const std::vector<Layer>& layers, Array x) {
+  // Named scopes: the simulated report and dax::profile say which part of a block each
+  // collective (and its gradient's) came from.
   for (const Layer& p : layers) {
-    x = x + attention(c, layout, p, dax::layer_norm(x, p.ln1_g, p.ln1_b));
+    {
+      const dax::NamedScope scope("attention");
+      x = x + attention(c, layout, p, dax::layer_norm(x, p.ln1_g, p.ln1_b));
+    }
+    const dax::NamedScope scope(c.experts > 0 ? "experts" : "mlp");
     x = x + mlp(c, layout, p, dax::layer_norm(x, p.ln2_g, p.ln2_b));
   }
   return x;
@@ -317,6 +324,7 @@ inline Array loss(const Config& c, const Layout& layout, const Model& stored, co
                   const Ids& labels) {
   const Model m = gathered(c, stored, layout);
   const Array x = hidden(c, layout, m, ids, positions);
+  const dax::NamedScope scope("head and loss");
   return dax::cross_entropy(head(c, layout, x, m.lnf_g, m.lnf_b, m.head), labels);
 }
 

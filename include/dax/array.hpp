@@ -3,6 +3,7 @@
 // optimizers or checkpoints can include this alone and compile faster (docs/building.md).
 #pragma once
 
+#include <dax/core/call_site.hpp>  // dax::NamedScope
 #include <dax/core/dtype.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/shape.hpp>

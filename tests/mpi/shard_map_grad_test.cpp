@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "gradient_check.hpp"
 #include "helpers.hpp"
@@ -370,4 +372,65 @@ TEST_CASE("a collective whose output one device drops still runs its backward th
   CHECK(value.to_host()[0] == Approx(want_loss).epsilon(1e-12));
   const auto got = grad.to_host();
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want_grad[i]).margin(1e-12));
+}
+
+TEST_CASE("collectives carry the user's call site: named scopes, explicit moves and their backward",
+          "[autodiff][shard_map][comm][call_site]") {
+  const Mesh m = line();
+  const int64_t n = m.size();
+  std::mt19937 rng(43);
+  const D w = dax::device_put(uniform(4 * n * 3, rng), {4 * n, 3}, NamedSharding(m, P("i")));
+  auto sites = [] {
+    std::map<std::string, std::pair<std::string, int64_t>> out;  // site -> (kind, calls)
+    for (const auto& [key, c] : dax::comm_stats().by_site())
+      out[std::get<2>(key)] = {std::get<0>(key), c.calls};
+    return out;
+  };
+  const std::string file = "shard_map_grad_test.cpp:";
+  dax::comm_stats().reset();
+  int gather_line = 0, reshard_line = 0;
+  auto loss = [&](const D& weight) {
+    const dax::NamedScope scope("block");
+    auto body = [&](const D& b) {
+      gather_line = __LINE__ + 1;
+      return dax::all_gather(b * b, "i", 0, true);
+    };
+    const D gathered = dax::shard_map(body, m, {P("i")}, P("i"))(weight);
+    reshard_line = __LINE__ + 1;
+    const D again = dax::reshard(weight, NamedSharding(m, P()));
+    return dax::sum(gathered) + dax::sum(again);
+  };
+  const auto [value, grad] = dax::value_and_grad(loss)(w);
+  const auto seen = sites();
+  const std::string gather_site = "block/all_gather @ " + file + std::to_string(gather_line);
+  const std::string reshard_site = "block/reshard @ " + file + std::to_string(reshard_line);
+  for (const auto& [site, c] : seen) INFO(site << ": " << c.first << " x" << c.second);
+  if (n == 1) {  // nothing moves on one device
+    CHECK(dax::comm_stats().total_calls() == 0);
+    return;
+  }
+  // Forward: the body's all-gather at its line inside the scope, the reshard at its own.
+  REQUIRE(seen.count(gather_site) == 1);
+  CHECK(seen.at(gather_site).first == "all_gather");
+  REQUIRE(seen.count(reshard_site) == 1);
+  CHECK(seen.at(reshard_site).first == "all_gather");
+  // Backward: the all-gather's transpose (a reduce-scatter) at the forward's site, marked so.
+  REQUIRE(seen.count(gather_site + " (backward)") == 1);
+  CHECK(seen.at(gather_site + " (backward)").first == "reduce_scatter");
+  // Outside every scope: the scope is gone, and a collective there has no site.
+  dax::comm_stats().reset();
+  (void)dax::reshard(w, NamedSharding(m, P()));
+  const auto after = sites();
+  REQUIRE(after.size() == 1);
+  CHECK(after.begin()->first.find("reshard @ " + file) == 0);
+  dax::comm_stats().reset();
+  const D y = dax::shard_map([](const D& b) { return dax::psum(b, "i"); }, m, {P("i")}, P())(w);
+  (void)y;
+  for (const auto& [key, c] : dax::comm_stats().by_site()) CHECK(std::get<2>(key).find("psum @ " + file) == 0);
+  // dax's own calls add no frame: pmean (which sums with psum inside dax) is pmean's line alone.
+  dax::comm_stats().reset();
+  const int pmean_line = __LINE__ + 1;
+  (void)dax::shard_map([](const D& b) { return dax::pmean(b, "i"); }, m, {P("i")}, P())(w);
+  for (const auto& [key, c] : dax::comm_stats().by_site())
+    CHECK(std::get<2>(key) == "pmean @ " + file + std::to_string(pmean_line));
 }

@@ -19,6 +19,7 @@
 #include <dax/comm/bus_bandwidth.hpp>
 #include <dax/comm/comm_stats.hpp>
 #include <dax/comm/in_flight.hpp>
+#include <dax/core/call_site.hpp>
 #include <dax/core/dtype.hpp>
 #include <dax/sharding/named_sharding.hpp>
 
@@ -131,7 +132,8 @@ DAX_OUTLINE void count_collective(const std::string& kind, const std::string& ax
                                   int group_size)
 #if DAX_HEADER_DEFINITIONS
 {
-  comm_stats().record(kind, axes, bytes);
+  const std::string site = current_site();
+  comm_stats().record(kind, axes, bytes, site);
   ProfileLog* log = active_profile();
   if (log == nullptr) return;
   profile_wait_for_device();
@@ -142,6 +144,7 @@ DAX_OUTLINE void count_collective(const std::string& kind, const std::string& ax
             {"mesh_axes", json_string(axes)},
             {"bytes", std::to_string(bytes)},
             {"op", json_string(log->open.empty() ? "" : log->open.back().name)},
+            {"site", json_string(site)},
             {"group_size", std::to_string(group_size)}};
   // GB/s (1e9 bytes a second), as nccl-tests prints them; 0 for a collective too short to time.
   const double seconds = double(now - started) * 1e-9, factor = bus_bandwidth_factor(kind, group_size);

@@ -15,6 +15,7 @@
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/collective_checks.hpp>
 #include <dax/comm/comm_stats.hpp>
+#include <dax/core/call_site.hpp>
 #include <dax/sharding/build.hpp>
 
 namespace dax {
@@ -203,7 +204,9 @@ DistArray<T> reshard_untraced(const DistArray<T>& x, const NamedSharding& target
 /// cotangent goes back by the reverse reshard, which reduces a partial-sum cotangent (DESIGN §6:
 /// an all-gathered FSDP weight's gradient becomes one reduce-scatter).
 template <class T>
-DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target) {
+DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target,
+                     std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("reshard", at);
   DistArray<T> out = detail::reshard_untraced(x, target);
   detail::record("reshard", out, [&](auto) {
     return [from = x.sharding()](const DistArray<T>& g) {

@@ -18,6 +18,7 @@
 
 #include <dax/array/creation.hpp>
 #include <dax/array/reshard.hpp>
+#include <dax/core/call_site.hpp>
 #include <dax/autodiff/tape.hpp>
 #include <dax/autodiff/tree.hpp>
 
@@ -56,6 +57,7 @@ void leaf_ids(const Tree& tree, std::vector<uint64_t>& ids) {
 template <class Tree>
 Tree gradient_tree(const std::unordered_map<uint64_t, AnyArray>& cotangents, const Tree& primal, const Tree& traced,
                    const GradShardingFn& where = {}) {
+  const SiteScope site(SiteScope::Part{}, "gradients");  // their reductions, in the call-site counts
   return tree_map_with_path(
       [&](const std::string& path, const auto& p, const auto& t) {
         using T = typename std::remove_cvref_t<decltype(p)>::value_type;

@@ -15,11 +15,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <dax/array/trace.hpp>
+#include <dax/core/call_site.hpp>
 #include <dax/core/error.hpp>
 #include <dax/manual/collectives.hpp>
 #include <dax/ops/elementwise.hpp>
@@ -259,6 +261,7 @@ class Tape final : public Tracer {
     uint64_t varying = 0;                      // in a body: the mesh axes (bits) its value varies over
     std::vector<uint64_t> broadcast;           // in a body: per input, the axes its cotangent is summed over
     bool collective = false;                   // in a body: runs even when no cotangent reached it
+    std::string site;                          // the call site it was recorded at (core/call_site.hpp)
   };
 
   /// A node's pullback; inside a shard_map body it runs in the body's context, and each input's
@@ -266,6 +269,7 @@ class Tape final : public Tracer {
   /// `mask`: the inputs wanted (cotangent_mask), null for all.
   static Cotangents run_pullback(const Node& node, const AnyArray& g, const std::vector<bool>* mask = nullptr) {
     const ImplicitResharding backward;  // the backward's moves follow from the forward's layouts
+    const SiteScope site(node.site);    // its collectives are the forward's site's, as its backward
     struct MaskScope {
       const std::vector<bool>* saved;
       explicit MaskScope(const std::vector<bool>* m) : saved(std::exchange(cotangent_mask(), m)) {}
@@ -287,7 +291,7 @@ class Tape final : public Tracer {
     const uint64_t id = next_id++ | (typing_only ? kTypingOnly : 0);
     index_.emplace(id, nodes_.size());
     nodes_.push_back(Node{id, op, std::move(inputs), std::move(pullback), std::move(body), varying,
-                          std::move(broadcast)});
+                          std::move(broadcast), false, site_stack().empty() ? std::string() : current_site()});
     return id;
   }
 

@@ -1,10 +1,12 @@
 // Communication counters (like DTensor's CommDebugMode): calls and bytes this rank received, per
-// collective kind and per mesh-axis group, since the last reset.
+// collective kind and per mesh-axis group, since the last reset; and the same per call site
+// (core/call_site.hpp: the dax::NamedScope or explicit move that asked for it).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace dax {
@@ -16,12 +18,18 @@ class CommStats {
     int64_t bytes = 0;
   };
 
-  void record(const std::string& kind, const std::string& axes, int64_t bytes) {
+  void record(const std::string& kind, const std::string& axes, int64_t bytes, const std::string& site = {}) {
     auto& c = counts_[{kind, axes}];
     ++c.calls;
     c.bytes += bytes;
+    auto& s = sites_[{kind, axes, site}];
+    ++s.calls;
+    s.bytes += bytes;
   }
-  void reset() { counts_.clear(); }
+  void reset() {
+    counts_.clear();
+    sites_.clear();
+  }
 
   int64_t total_bytes() const {
     int64_t n = 0;
@@ -46,9 +54,12 @@ class CommStats {
     return it == counts_.end() ? Count{} : it->second;
   }
   const std::map<std::pair<std::string, std::string>, Count>& entries() const { return counts_; }
+  /// The same per (kind, axes, call site); the site is "" for collectives outside every scope.
+  const std::map<std::tuple<std::string, std::string, std::string>, Count>& by_site() const { return sites_; }
 
  private:
   std::map<std::pair<std::string, std::string>, Count> counts_;
+  std::map<std::tuple<std::string, std::string, std::string>, Count> sites_;
 };
 
 /// This process's counters.

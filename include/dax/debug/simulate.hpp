@@ -6,15 +6,18 @@
 // memory_analysis() and cost_analysis(), which need the devices.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include <dax/array/profile_hook.hpp>
 #include <dax/backend/memory_stats.hpp>
 #include <dax/backend/meta/memory.hpp>
 #include <dax/comm/comm_stats.hpp>
@@ -28,6 +31,7 @@ struct SimulatedCollective {
   std::string axes;  // the mesh-axis group, as explain writes it: "('data',)"
   int64_t calls = 0;
   int64_t bytes = 0;  // received by the simulated device, over all calls
+  std::string site;   // in `sites`: the call site (dax::NamedScope or explicit move), "" outside them
 };
 
 struct SimulationReport {
@@ -38,6 +42,7 @@ struct SimulationReport {
                             // (return the parameters and optimizer state to count them)
   std::vector<MemoryPartBytes> parts;  // both by part (dax::MemoryPart; bytes_in_use: at the end)
   std::vector<SimulatedCollective> collectives;
+  std::vector<SimulatedCollective> sites;  // the same per call site (comm_stats().by_site())
   double gemm_flops = 0;    // the products' 2mnk, summed
   int64_t kernels = 0;      // local kernels the device would have run
   CostModel model;          // what the estimate below assumes (and what the rules chose plans by)
@@ -83,6 +88,17 @@ struct SimulationReport {
                     static_cast<long long>(c.calls), static_cast<long long>(c.bytes));
       out << line;
     }
+    // By call site, where the program named any (dax::NamedScope, or an explicit move's line).
+    const bool named = std::any_of(sites.begin(), sites.end(), [](const auto& c) { return !c.site.empty(); });
+    if (named) {
+      std::snprintf(line, sizeof line, "  by call site:\n");
+      out << line;
+      for (const auto& c : sites) {
+        std::snprintf(line, sizeof line, "    %-16s %-26s %10lld %16lld  ", c.kind.c_str(), c.axes.c_str(),
+                      static_cast<long long>(c.calls), static_cast<long long>(c.bytes));
+        out << line << (c.site.empty() ? "(outside every scope)" : c.site) << "\n";
+      }
+    }
     std::snprintf(line, sizeof line,
                   "  estimated step %.4g s: communication %.4g s, compute %.4g s (%.4g GFLOP at %.4g TFLOP/s, "
                   "links at %.4g GB/s)\n",
@@ -109,6 +125,12 @@ struct SimulationReport {
       out << (i ? ", " : "") << "{\"kind\": \"" << c.kind << "\", \"axes\": \"" << c.axes << "\", \"calls\": " << c.calls
           << ", \"bytes\": " << c.bytes << "}";
     }
+    out << "], \"sites\": [";
+    for (size_t i = 0; i < sites.size(); ++i) {
+      const auto& c = sites[i];
+      out << (i ? ", " : "") << "{\"kind\": \"" << c.kind << "\", \"axes\": \"" << c.axes << "\", \"site\": "
+          << detail::json_string(c.site) << ", \"calls\": " << c.calls << ", \"bytes\": " << c.bytes << "}";
+    }
     out << "]}";
     return out.str();
   }
@@ -127,7 +149,9 @@ inline SimulationReport simulation_report(const Runtime& rt) {
   r.peak_bytes = m.peak_bytes_in_use;
   r.final_bytes = m.bytes_in_use;
   r.parts = m.parts;
-  for (const auto& [key, c] : comm_stats().entries()) r.collectives.push_back({key.first, key.second, c.calls, c.bytes});
+  for (const auto& [key, c] : comm_stats().entries()) r.collectives.push_back({key.first, key.second, c.calls, c.bytes, {}});
+  for (const auto& [key, c] : comm_stats().by_site())
+    r.sites.push_back({std::get<0>(key), std::get<1>(key), c.calls, c.bytes, std::get<2>(key)});
   r.gemm_flops = meta::kernel_counts().gemm_flops;
   r.kernels = meta::kernel_counts().kernels;
   r.model = cost_model();

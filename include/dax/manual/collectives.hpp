@@ -15,6 +15,7 @@
 #include <dax/array/profile_hook.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/comm_stats.hpp>
+#include <dax/core/call_site.hpp>
 #include <dax/manual/context.hpp>
 #include <dax/reshard/reduction_axes.hpp>
 #include <dax/ops/elementwise.hpp>
@@ -143,24 +144,28 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
 
 /// The sum of x over every device of the named axes (same shape).
 template <class T>
-DistArray<T> psum(const DistArray<T>& x, const AxisNames& axes) {
+DistArray<T> psum(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("psum", at);
   return detail::reduce_over(x, axes, detail::ReduceOp::sum, "psum");
 }
 
 /// The mean of x over the named axes (integer types divide with truncation, like dax::mean).
 template <class T>
-DistArray<T> pmean(const DistArray<T>& x, const AxisNames& axes) {
+DistArray<T> pmean(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("pmean", at);
   const detail::AxisGroup g = detail::axis_group(axes, "pmean");
   return detail::reduce_over(x, axes, detail::ReduceOp::sum, "pmean") / static_cast<T>(g.size);
 }
 
 template <class T>
-DistArray<T> pmax(const DistArray<T>& x, const AxisNames& axes) {
+DistArray<T> pmax(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("pmax", at);
   return detail::reduce_over(x, axes, detail::ReduceOp::max, "pmax");
 }
 
 template <class T>
-DistArray<T> pmin(const DistArray<T>& x, const AxisNames& axes) {
+DistArray<T> pmin(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("pmin", at);
   return detail::reduce_over(x, axes, detail::ReduceOp::min, "pmin");
 }
 
@@ -192,7 +197,9 @@ inline int axis_index(const AxisNames& axes) { return detail::axis_group(axes, "
 /// Every member's block, in member order: stacked as a new dimension `dim` (untiled) or
 /// concatenated along `dim` (tiled).
 template <class T>
-DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 0, bool tiled = false) {
+DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 0, bool tiled = false,
+                        std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("all_gather", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "all_gather");
     detail::check_local_block(x, g, "all_gather");
@@ -224,7 +231,9 @@ DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 
 /// The sum over the named axes, of which each member keeps its block along `scatter_dim`: block i
 /// of size 1 dropped (untiled: the dimension must equal the group size) or of size d / n (tiled).
 template <class T>
-DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scatter_dim = 0, bool tiled = false) {
+DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scatter_dim = 0, bool tiled = false,
+                          std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("psum_scatter", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "psum_scatter");
     detail::check_local_block(x, g, "psum_scatter");
@@ -258,7 +267,8 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
 /// in member order.
 template <class T>
 DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_dim, int concat_dim,
-                        bool tiled = false) {
+                        bool tiled = false, std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("all_to_all", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "all_to_all");
     detail::check_local_block(x, g, "all_to_all");
@@ -313,7 +323,8 @@ inline std::vector<int64_t> all_to_allv_counts(const std::vector<int64_t>& send_
 /// The transpose sends the cotangent's rows back with the counts swapped.
 template <class T>
 DistArray<T> all_to_allv(const DistArray<T>& x, const AxisNames& axes, const std::vector<int64_t>& send_counts,
-                         std::vector<int64_t> recv_counts = {}) {
+                         std::vector<int64_t> recv_counts = {}, std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("all_to_allv", at);
   if (recv_counts.empty()) recv_counts = all_to_allv_counts(send_counts, axes);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "all_to_allv");
@@ -391,7 +402,9 @@ void record_ppermute(DistArray<T>& out, const DistArray<T>& x, const AxisNames& 
 /// x sent along the pairs (source, destination) of positions over the named axes; each position
 /// is a source at most once and a destination at most once. A device no pair sends to gets zeros.
 template <class T>
-DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm,
+                      std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("ppermute", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
     detail::check_local_block(x, g, "ppermute");
@@ -425,7 +438,7 @@ class PendingPpermute {
                   std::unique_ptr<detail::PendingCollective> call, std::string group, int64_t bytes, int64_t started,
                   int members)
       : x_(std::move(x)), axes_(std::move(axes)), perm_(std::move(perm)), out_(std::move(out)), call_(std::move(call)),
-        group_(std::move(group)), bytes_(bytes), started_(started), members_(members) {}
+        group_(std::move(group)), bytes_(bytes), started_(started), members_(members), site_(detail::current_site()) {}
   PendingPpermute(PendingPpermute&&) noexcept = default;
   // Not assignable: a defaulted move assignment would free the old exchange's buffers before its
   // wait (members go in order), while MPI may still write into them.
@@ -451,6 +464,7 @@ class PendingPpermute {
   void finish() {  // counted as ppermute counts, once it has arrived
     const auto call = std::move(call_);
     call->wait();
+    const detail::SiteScope started_at(site_, "");  // counted at the site that started it
     if (bytes_ >= 0) detail::count_collective("ppermute", group_, bytes_, started_, members_);
   }
 
@@ -462,13 +476,16 @@ class PendingPpermute {
   std::string group_;
   int64_t bytes_, started_;  // bytes received (-1: none), when it started (count_collective)
   int members_;
+  std::string site_;  // the call site it started at (core/call_site.hpp)
 };
 
 /// ppermute(x, axes, perm) started and left to run while the program computes (ring attention
 /// passes the next k and v blocks on while it attends to the ones at hand): every member of the
 /// group starts it, in the same order as its other collectives, and waits for it with wait().
 template <class T>
-PendingPpermute<T> ppermute_start(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+PendingPpermute<T> ppermute_start(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm,
+                                  std::source_location at = std::source_location::current()) {
+  const detail::SiteScope site("ppermute_start", at);
   const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
   detail::check_local_block(x, g, "ppermute");
   const auto [to, from] = detail::ppermute_partners(g, perm);
