@@ -227,7 +227,10 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
   auto pipe = dax::pipeline::make<float>(
       mesh, schedule,
       [&](int chunk, const lm::Chunk& p, const auto& x) { return lm::chunk_forward(mc, layout_of(chunk), p, x); },
-      [](const lm::Array& logits, const lm::Ids& labels) { return dax::cross_entropy(logits, labels); });
+      [](const lm::Array& logits, const lm::Ids& labels) {
+        const dax::NamedScope scope("loss");
+        return dax::cross_entropy(logits, labels);
+      });
   // What crosses into a chunk: the residual stream of a microbatch, (tokens, d) on the receiving
   // stage's layout. A real run checks every transfer's header against it; a simulated device
   // (--simulate) takes it in place of the header it cannot receive.
@@ -533,7 +536,8 @@ int pipelined_main(const Options& o, bool root) {
   });
   // And its peak memory within 5% of the memory counter's over the last step (with experts the
   // routing decides it, which a simulation makes even: left out, as the collectives' all_to_allv).
-  const double peak_ratio = double(simulated_run->last_step_peak) / double(run.last_step_peak);
+  const double peak_ratio =
+      run.last_step_peak > 0 ? double(simulated_run->last_step_peak) / double(run.last_step_peak) : 1.0;
   const bool simulated_same = same_collectives(simulated_run->last_step, run.last_step, c.experts > 0) &&
                               (c.experts > 0 || std::abs(peak_ratio - 1) <= 0.05);
   const auto simulated = dax::pipeline::simulate(schedule);

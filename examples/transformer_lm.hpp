@@ -397,8 +397,9 @@ Array chunk_forward(const Config& c, const Layout& layout, const Chunk& stored, 
     }
   }();
   x = blocks(c, layout, p.layers, x);
-  if (!p.final.empty()) return head(c, layout, x, p.final.at("lnf_g"), p.final.at("lnf_b"), p.final.at("head"));
-  return x;
+  if (p.final.empty()) return x;
+  const dax::NamedScope scope("head");
+  return head(c, layout, x, p.final.at("lnf_g"), p.final.at("lnf_b"), p.final.at("head"));
 }
 
 /// DESIGN §6's bytes for one training step, received per device (ring collectives).

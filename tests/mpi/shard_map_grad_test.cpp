@@ -414,7 +414,8 @@ TEST_CASE("collectives carry the user's call site: named scopes, explicit moves 
   CHECK(seen.at(gather_site).first == "all_gather");
   REQUIRE(seen.count(reshard_site) == 1);
   CHECK(seen.at(reshard_site).first == "all_gather");
-  // Backward: the all-gather's transpose (a reduce-scatter) at the forward's site, marked so.
+  // Backward: the all-gather's transpose (a reduce-scatter, which dax's pullback asks psum_scatter
+  // for: a call from dax's own header, which adds no frame) at the forward's site, marked so.
   REQUIRE(seen.count(gather_site + " (backward)") == 1);
   CHECK(seen.at(gather_site + " (backward)").first == "reduce_scatter");
   // Outside every scope: the scope is gone, and a collective there has no site.
@@ -427,7 +428,7 @@ TEST_CASE("collectives carry the user's call site: named scopes, explicit moves 
   const D y = dax::shard_map([](const D& b) { return dax::psum(b, "i"); }, m, {P("i")}, P())(w);
   (void)y;
   for (const auto& [key, c] : dax::comm_stats().by_site()) CHECK(std::get<2>(key).find("psum @ " + file) == 0);
-  // dax's own calls add no frame: pmean (which sums with psum inside dax) is pmean's line alone.
+  // Another explicit collective at its own line.
   dax::comm_stats().reset();
   const int pmean_line = __LINE__ + 1;
   (void)dax::shard_map([](const D& b) { return dax::pmean(b, "i"); }, m, {P("i")}, P())(w);

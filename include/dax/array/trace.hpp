@@ -79,8 +79,9 @@ class Tracer {
   virtual uint64_t record(const char* op, std::vector<uint64_t> inputs, Pullback pullback, Varying varying = {}) = 0;
   /// The mesh axes (bits) the value of node `id` varies over inside its shard_map body.
   virtual uint64_t varying_axes(uint64_t id) const = 0;
-  /// Whether node `id` is a leaf: a value the gradient is taken with respect to.
-  virtual bool is_leaf(uint64_t id) const {
+  /// Whether node `id` is a leaf whose cotangents add up over a step's backward passes (a
+  /// parameter; a pipeline stage's input is not).
+  virtual bool is_summed_leaf(uint64_t id) const {
     (void)id;
     return false;
   }
@@ -148,11 +149,12 @@ class LeafSums {
  private:
   int64_t previous_;
 };
-/// leaf_sum_count() where x is a leaf of the gradient being taken, else 1.
+/// leaf_sum_count() where x is a parameter leaf of the gradient being taken, else 1.
 template <class T>
 int64_t leaf_sums_of(const DistArray<T>& x) {
-  return needs_gradient(x) && active_tracer() != nullptr && active_tracer()->is_leaf(x.trace_id()) ? leaf_sum_count()
-                                                                                                    : 1;
+  return needs_gradient(x) && active_tracer() != nullptr && active_tracer()->is_summed_leaf(x.trace_id())
+             ? leaf_sum_count()
+             : 1;
 }
 
 using Cotangents = std::vector<AnyArray>;

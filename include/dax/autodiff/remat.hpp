@@ -66,7 +66,7 @@ auto remat(F f) {
                      [&] {
                        if constexpr (is_tree_v<std::remove_cvref_t<decltype(a)>>)
                          tree_for_each([&](auto& leaf) {
-                           leaf.set_trace_id(ids[k++] != 0 ? tape.watch() : 0);
+                           leaf.set_trace_id(ids[k++] != 0 ? tape.watch(/*summed=*/false) : 0);
                            inner.push_back(leaf.trace_id());
                          }, a);
                      }(), ...); },

@@ -82,13 +82,19 @@ class Tape final : public Tracer {
     return it == index_.end() ? 0 : nodes_[it->second].varying;
   }
 
-  bool is_leaf(uint64_t id) const override {
+  bool is_summed_leaf(uint64_t id) const override {
     const auto it = index_.find(id);
-    return it != index_.end() && nodes_[it->second].op == kLeafOp;
+    return it != index_.end() && nodes_[it->second].summed_leaf;
   }
 
   /// A new leaf (a value gradients are taken with respect to).
-  uint64_t watch() { return add_node(kLeafOp, {}, nullptr, nullptr, 0, {}); }
+  /// `summed`: its cotangents are a parameter's, added up over the backward passes of a step
+  /// (LeafSums); false for an input whose cotangent goes back at once (a pipeline stage's).
+  uint64_t watch(bool summed = true) {
+    const uint64_t id = add_node("input", {}, nullptr, nullptr, 0, {});
+    nodes_.back().summed_leaf = summed;
+    return id;
+  }
 
   /// Runs the backward from `output` with cotangent `seed`; returns the summed cotangents that
   /// reach the leaves in `leaves` (a leaf nothing reached is absent). The tape stays as it was (a
@@ -251,7 +257,6 @@ class Tape final : public Tracer {
   }
 
  private:
-  static constexpr const char* kLeafOp = "input";  // compared by address: only watch() uses it
   struct Node {
     uint64_t id;
     const char* op;
@@ -262,6 +267,7 @@ class Tape final : public Tracer {
     std::vector<uint64_t> broadcast;           // in a body: per input, the axes its cotangent is summed over
     bool collective = false;                   // in a body: runs even when no cotangent reached it
     std::string site;                          // the call site it was recorded at (core/call_site.hpp)
+    bool summed_leaf = false;                  // a leaf whose cotangents add up over passes (watch)
   };
 
   /// A node's pullback; inside a shard_map body it runs in the body's context, and each input's
@@ -289,9 +295,10 @@ class Tape final : public Tracer {
     static std::atomic<uint64_t> next_id{1};  // unique in the process: a stale id never matches
     const bool typing_only = body && !pullback;
     const uint64_t id = next_id++ | (typing_only ? kTypingOnly : 0);
-    index_.emplace(id, nodes_.size());
+    std::string site = site_stack().empty() ? std::string() : current_site();  // before anything is added
     nodes_.push_back(Node{id, op, std::move(inputs), std::move(pullback), std::move(body), varying,
-                          std::move(broadcast), false, site_stack().empty() ? std::string() : current_site()});
+                          std::move(broadcast), false, std::move(site)});
+    index_.emplace(id, nodes_.size() - 1);
     return id;
   }
 

@@ -59,7 +59,7 @@ class SiteScope {
   SiteScope(const char* name, const std::source_location& at) {
     if (is_dax_source(at.file_name())) return;
     auto& stack = site_stack();
-    std::string path = stack.empty() ? std::string(name) : stack.back().path + "/" + name;
+    std::string path = stack.empty() || stack.back().path.empty() ? std::string(name) : stack.back().path + "/" + name;
     stack.push_back({std::move(path), line_text(at)});
     pushed_ = true;
   }
@@ -68,15 +68,15 @@ class SiteScope {
   struct Part {};
   SiteScope(Part, const char* name) {
     auto& stack = site_stack();
-    if (stack.empty()) stack.push_back({name, ""});
+    if (stack.empty() || stack.back().path.empty()) stack.push_back({name, ""});
     else stack.push_back({stack.back().path + "/" + name, stack.back().where});
     pushed_ = true;
   }
   /// The site `label` (current_site()'s text) again, with `mark` after it: a recorded forward's
-  /// site around its backward (" (backward)"), a started exchange's where it is counted ("").
+  /// site around its backward (" (backward)"), a started exchange's where it is counted (""). An
+  /// empty label (recorded outside every scope) hides the frames open now: "" again.
   explicit SiteScope(const std::string& label, std::string_view mark = " (backward)") {
-    if (label.empty()) return;
-    site_stack().push_back({label + std::string(mark), ""});
+    site_stack().push_back({label.empty() ? std::string() : label + std::string(mark), ""});
     pushed_ = true;
   }
   ~SiteScope() {
@@ -94,7 +94,7 @@ inline std::string current_site() {
   const auto& stack = site_stack();
   if (stack.empty()) return {};
   const SiteFrame& f = stack.back();
-  return f.where.empty() ? f.path : f.path + " @ " + f.where;
+  return f.where.empty() || f.path.empty() ? f.path : f.path + " @ " + f.where;
 }
 
 }  // namespace detail

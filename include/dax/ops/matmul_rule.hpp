@@ -222,7 +222,7 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
         // The later reduction (from the kept partial sums to the request) runs once for `sums`
         // such products: this one pays its share.
         const int64_t later = reshard_move_cost(out_shape, c.target, *requested).elements;
-        c.out_cost = std::max<int64_t>(0, c.out_cost - (later - later / sums));
+        c.out_cost = std::max<int64_t>(0, c.out_cost - later + (later + sums - 1) / sums);
       }
       c.collectives = a_move.collectives + b_move.collectives + out_move.collectives;
       // The largest local product: the work divides only over axes that split batch, M, N or K.

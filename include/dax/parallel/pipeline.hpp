@@ -263,7 +263,7 @@ class Pipeline {
                   // Marked, never differentiated: ZB-H1's B pass on the first chunk is the
                   // activations' gradients (what depends on the input), its W pass the weights'.
                   In x = inputs[i];
-                  x.set_trace_id(h.tape->watch());
+                  x.set_trace_id(h.tape->watch(/*summed=*/false));
                   h.x_id = x.trace_id();
                   h.x_is_input = true;
                   out = chunk_(c, std::as_const(traced), std::as_const(x));
@@ -277,7 +277,7 @@ class Pipeline {
             timed([&] {
               ::dax::detail::TapeScope scope(*h.tape);
               ::dax::detail::watch_tree(*h.tape, traced);
-              x.set_trace_id(h.tape->watch());
+              x.set_trace_id(h.tape->watch(/*summed=*/false));  // its gradient goes back every microbatch
               h.x_id = x.trace_id();
               h.x_shape = x.shape();
               h.x_sharding = std::make_shared<NamedSharding>(x.sharding());
@@ -317,9 +317,11 @@ class Pipeline {
             if (act.pass == Pass::backward) {
               std::vector<uint64_t> wanted = h.leaves;
               if (h.x_id != 0) wanted.push_back(h.x_id);
-              cotangents = h.tape->backward(h.out_id, AnyArray(g), wanted);
+              // Each pullback's saved values go as soon as it has run (as value_and_grad's), so the
+              // later layers' activations are gone before the earlier layers' gradients are made.
+              cotangents = h.tape->backward_once(h.out_id, AnyArray(g), wanted);
               add_sums(sums[c], h.leaves, cotangents);
-              h.tape.reset();  // the activations go as soon as the replay is done
+              h.tape.reset();
             } else {
               // ZB-H1's B: the input's gradient only; the weights' GEMMs wait for the W pass, with
               // the tape (counted as held until here, as the zero-bubble paper counts it).
@@ -474,7 +476,10 @@ class Pipeline {
               "; the microbatches of a step must have one shape");
     r.payload_received->wait();
     auto piece = std::move(r.piece);
-    // In comm_stats as the bytes this device received over the stage axis, as for any collective.
+    // In comm_stats as the bytes this device received over the stage axis, as for any collective
+    // (its call site: the pipeline's activations or gradients, inside the caller's scope).
+    const ::dax::detail::SiteScope site(::dax::detail::SiteScope::Part{},
+                                        gradient ? "pipeline gradients" : "pipeline activations");
     ::dax::detail::count_collective("send_recv", "('" + axis_ + "',)", count * int64_t(sizeof(T)), started, 2);
     return DistArray<T>(shape, sharding, std::move(piece));
   }
