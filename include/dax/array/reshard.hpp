@@ -205,7 +205,7 @@ DistArray<T> reshard_untraced(const DistArray<T>& x, const NamedSharding& target
 /// an all-gathered FSDP weight's gradient becomes one reduce-scatter).
 template <class T>
 DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target,
-                     std::source_location at = std::source_location::current()) {
+                     SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("reshard", at);
   DistArray<T> out = detail::reshard_untraced(x, target);
   detail::record("reshard", out, [&](auto) {

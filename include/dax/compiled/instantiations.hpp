@@ -20,7 +20,7 @@
   EXTERN template DistArray<T> ones<T>(const Shape&, const NamedSharding&);                                \
   EXTERN template DistArray<T> arange<T>(const Shape&, const NamedSharding&);                              \
   EXTERN template DistArray<T> arange<T>(int64_t, const NamedSharding&);                                   \
-  EXTERN template DistArray<T> reshard<T>(const DistArray<T>&, const NamedSharding&, std::source_location);  \
+  EXTERN template DistArray<T> reshard<T>(const DistArray<T>&, const NamedSharding&, SourceLine);           \
   EXTERN template DistArray<T> detail::reshard_untraced<T>(const DistArray<T>&, const NamedSharding&);     \
   EXTERN template DistArray<T> detail::moved_to<T>(const DistArray<T>&, const NamedSharding&);             \
   EXTERN template std::vector<T> detail::gather_to_host<T>(const DistArray<T>&);                           \

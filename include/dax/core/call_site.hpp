@@ -2,19 +2,31 @@
 // user's call site"). A C++ library cannot see its caller's line unless the caller passes it, so
 // the site is what the program names: a dax::NamedScope (JAX's jax.named_scope, PyTorch's
 // record_function) opened in the user's code, with the line that opened it, and the explicit
-// moves that take a std::source_location themselves (dax::reshard and the shard_map collectives:
-// psum, all_gather, ppermute, ...). comm_stats().by_site(), dax::profile's collective events and
-// dax::simulate's report carry it; the tape replays a forward's site around its backward, so a
-// gradient's collectives are attributed to the scope whose forward they transpose.
+// moves that take the caller's line themselves (a defaulted dax::SourceLine, std::source_location's
+// counterpart): dax::reshard and the shard_map collectives (psum, all_gather, ppermute, ...).
+// comm_stats().by_site(), dax::profile's collective events and dax::simulate's report carry it;
+// the tape replays a forward's site around its backward, so a gradient's collectives are
+// attributed to the scope whose forward they transpose.
 #pragma once
 
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace dax {
+
+/// The caller's file and line, as std::source_location::current() gives them, written with the
+/// builtins g++, clang and nvcc share (clang 14 with libstdc++ 12 has no std::source_location):
+/// as a defaulted parameter, current() is evaluated where the call is written.
+struct SourceLine {
+  const char* file = "";
+  int line = 0;
+  static constexpr SourceLine current(const char* file = __builtin_FILE(), int line = __builtin_LINE()) noexcept {
+    return {file, line};
+  }
+};
+
 namespace detail {
 
 /// One open frame: the names from the outermost scope in ("attention/psum") and the innermost
@@ -45,19 +57,19 @@ inline bool is_dax_source(const char* file) {
   return false;
 }
 
-inline std::string line_text(const std::source_location& at) {
-  std::string_view file = at.file_name();
+inline std::string line_text(const SourceLine& at) {
+  std::string_view file = at.file;
   const size_t slash = file.find_last_of('/');
   if (slash != std::string_view::npos) file.remove_prefix(slash + 1);
-  return std::string(file) + ":" + std::to_string(at.line());
+  return std::string(file) + ":" + std::to_string(at.line);
 }
 
 /// Pushes a frame for its lifetime: a named scope, an explicit move at the user's line, or a
 /// recorded forward's site replayed around its backward. A move called from inside dax adds nothing.
 class SiteScope {
  public:
-  SiteScope(const char* name, const std::source_location& at) {
-    if (is_dax_source(at.file_name())) return;
+  SiteScope(const char* name, const SourceLine& at) {
+    if (is_dax_source(at.file)) return;
     auto& stack = site_stack();
     std::string path = stack.empty() || stack.back().path.empty() ? std::string(name) : stack.back().path + "/" + name;
     stack.push_back({std::move(path), line_text(at)});
@@ -107,7 +119,7 @@ inline std::string current_site() {
 /// Scopes nest ("block/attention"). The counterpart of jax.named_scope and torch's record_function.
 class NamedScope {
  public:
-  explicit NamedScope(const char* name, std::source_location at = std::source_location::current())
+  explicit NamedScope(const char* name, SourceLine at = SourceLine::current())
       : scope_(name, at) {}
 
  private:

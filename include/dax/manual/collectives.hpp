@@ -144,27 +144,27 @@ DistArray<T> reduce_over(const DistArray<T>& x, const AxisNames& names, ReduceOp
 
 /// The sum of x over every device of the named axes (same shape).
 template <class T>
-DistArray<T> psum(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+DistArray<T> psum(const DistArray<T>& x, const AxisNames& axes, SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("psum", at);
   return detail::reduce_over(x, axes, detail::ReduceOp::sum, "psum");
 }
 
 /// The mean of x over the named axes (integer types divide with truncation, like dax::mean).
 template <class T>
-DistArray<T> pmean(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+DistArray<T> pmean(const DistArray<T>& x, const AxisNames& axes, SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("pmean", at);
   const detail::AxisGroup g = detail::axis_group(axes, "pmean");
   return detail::reduce_over(x, axes, detail::ReduceOp::sum, "pmean") / static_cast<T>(g.size);
 }
 
 template <class T>
-DistArray<T> pmax(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+DistArray<T> pmax(const DistArray<T>& x, const AxisNames& axes, SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("pmax", at);
   return detail::reduce_over(x, axes, detail::ReduceOp::max, "pmax");
 }
 
 template <class T>
-DistArray<T> pmin(const DistArray<T>& x, const AxisNames& axes, std::source_location at = std::source_location::current()) {
+DistArray<T> pmin(const DistArray<T>& x, const AxisNames& axes, SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("pmin", at);
   return detail::reduce_over(x, axes, detail::ReduceOp::min, "pmin");
 }
@@ -198,7 +198,7 @@ inline int axis_index(const AxisNames& axes) { return detail::axis_group(axes, "
 /// concatenated along `dim` (tiled).
 template <class T>
 DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 0, bool tiled = false,
-                        std::source_location at = std::source_location::current()) {
+                        SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("all_gather", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "all_gather");
@@ -232,7 +232,7 @@ DistArray<T> all_gather(const DistArray<T>& x, const AxisNames& axes, int dim = 
 /// of size 1 dropped (untiled: the dimension must equal the group size) or of size d / n (tiled).
 template <class T>
 DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scatter_dim = 0, bool tiled = false,
-                          std::source_location at = std::source_location::current()) {
+                          SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("psum_scatter", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "psum_scatter");
@@ -267,7 +267,7 @@ DistArray<T> psum_scatter(const DistArray<T>& x, const AxisNames& axes, int scat
 /// in member order.
 template <class T>
 DistArray<T> all_to_all(const DistArray<T>& x, const AxisNames& axes, int split_dim, int concat_dim,
-                        bool tiled = false, std::source_location at = std::source_location::current()) {
+                        bool tiled = false, SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("all_to_all", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "all_to_all");
@@ -323,7 +323,7 @@ inline std::vector<int64_t> all_to_allv_counts(const std::vector<int64_t>& send_
 /// The transpose sends the cotangent's rows back with the counts swapped.
 template <class T>
 DistArray<T> all_to_allv(const DistArray<T>& x, const AxisNames& axes, const std::vector<int64_t>& send_counts,
-                         std::vector<int64_t> recv_counts = {}, std::source_location at = std::source_location::current()) {
+                         std::vector<int64_t> recv_counts = {}, SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("all_to_allv", at);
   if (recv_counts.empty()) recv_counts = all_to_allv_counts(send_counts, axes);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
@@ -403,7 +403,7 @@ void record_ppermute(DistArray<T>& out, const DistArray<T>& x, const AxisNames& 
 /// is a source at most once and a destination at most once. A device no pair sends to gets zeros.
 template <class T>
 DistArray<T> ppermute(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm,
-                      std::source_location at = std::source_location::current()) {
+                      SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("ppermute", at);
   DistArray<T> out = detail::untraced([&]() -> DistArray<T> {
     const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
@@ -484,7 +484,7 @@ class PendingPpermute {
 /// group starts it, in the same order as its other collectives, and waits for it with wait().
 template <class T>
 PendingPpermute<T> ppermute_start(const DistArray<T>& x, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm,
-                                  std::source_location at = std::source_location::current()) {
+                                  SourceLine at = SourceLine::current()) {
   const detail::SiteScope site("ppermute_start", at);
   const detail::AxisGroup g = detail::axis_group(axes, "ppermute");
   detail::check_local_block(x, g, "ppermute");
