@@ -225,6 +225,20 @@ TEST_CASE("CheckpointManager keeps its policy's steps, outlives an interrupted s
     std::string text((std::istreambuf_iterator<char>(marker)), std::istreambuf_iterator<char>());
     CHECK(text == "8\n");
   }
+  // Saving a step again replaces it, through a folder renamed aside (step_8.replaced) that the
+  // save removes; one a killed save left aside is removed by the next save.
+  manager.save(8, saved[2]);
+  CHECK(bytes_of(manager.restore(8, fresh)) == bytes_of(saved[2]));
+  if (world_rank() == 0) {
+    CHECK(!fs::exists(root / "step_8.replaced"));
+    fs::create_directories(root / "step_6.replaced" / "w");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(manager.steps() == std::vector<int64_t>{3, 6, 7, 8});
+  manager.save(8, saved[3]);
+  CHECK(bytes_of(manager.restore(8, fresh)) == bytes_of(saved[3]));
+  CHECK(manager.steps() == std::vector<int64_t>{3, 6, 7, 8});
+  if (world_rank() == 0) CHECK(!fs::exists(root / "step_6.replaced"));
   // A marker naming a folder that is gone, or no number: the newest complete step.
   if (world_rank() == 0) fs::remove_all(root / "step_8");
   MPI_Barrier(MPI_COMM_WORLD);

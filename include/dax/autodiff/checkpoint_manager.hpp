@@ -19,6 +19,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -112,10 +113,16 @@ class CheckpointManager {
     });
     save_tree(partial, tree);
     detail::checkpoint::on_rank_zero(world, [&] {
+      // A step saved again: the old folder renamed aside first (one rename), so a run killed here
+      // leaves the step absent or whole under its name, never half removed (the aside folder, and
+      // a .partial one killed before its rename, are what the next save removes).
       const std::filesystem::path final_folder = step_folder(step);
-      std::filesystem::remove_all(final_folder);
+      const std::filesystem::path replaced = root_ / ("step_" + std::to_string(step) + ".replaced");
+      const bool again = std::filesystem::exists(final_folder);
+      if (again) std::filesystem::rename(final_folder, replaced);
       std::filesystem::rename(partial, final_folder);
       write_latest(step);
+      if (again) std::filesystem::remove_all(replaced);
       prune(step);
       return std::string();
     });
@@ -192,13 +199,16 @@ class CheckpointManager {
     DAX_CHECK(step >= 0, "CheckpointManager::", op, ": the step must be 0 or more, got ", step);
   }
 
-  /// Rank 0: removes what interrupted saves left (`step_<n>.partial`, `latest.tmp`).
+  /// Rank 0: removes what interrupted saves left (`step_<n>.partial`, `step_<n>.replaced`,
+  /// `latest.tmp`).
   void remove_partials() const {
     for (const auto& entry : std::filesystem::directory_iterator(root_)) {
       const std::string name = entry.path().filename().string();
-      if (name == "latest.tmp" ||
-          (name.size() > 8 && name.ends_with(".partial") &&
-           detail::checkpoint::step_of_folder(name.substr(0, name.size() - 8)) >= 0))
+      const auto left_by_a_save = [&](std::string_view suffix) {
+        return name.size() > suffix.size() && name.ends_with(suffix) &&
+               detail::checkpoint::step_of_folder(name.substr(0, name.size() - suffix.size())) >= 0;
+      };
+      if (name == "latest.tmp" || left_by_a_save(".partial") || left_by_a_save(".replaced"))
         std::filesystem::remove_all(entry.path());
     }
   }
