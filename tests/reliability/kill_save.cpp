@@ -7,7 +7,8 @@
 //                             prints "saved N" after each step
 //   kill_save check ROOT   -- at any rank count: every complete step under ROOT restores bit-exact
 //                             (the values its step gives), `latest` names one of them, and whatever else is there is clearly named as
-//                             unfinished (step_N.partial, latest.tmp, a save's *.tmp.* files);
+//                             unfinished (step_N.partial, step_N.replaced, latest.tmp, a save's
+//                             *.tmp.* files);
 //                             prints "checked: ..." and exits 0, or names what is wrong and exits 1
 #include <dax/dax.hpp>
 
@@ -62,7 +63,7 @@ bool same(const State& a, const State& b) {
 bool expected_name(const std::string& name) {
   if (name == "latest" || name.rfind("latest.tmp", 0) == 0) return true;
   if (name.rfind("step_", 0) != 0) return false;
-  return name.find(".partial") != std::string::npos ||
+  return name.find(".partial") != std::string::npos || name.ends_with(".replaced") ||
          name.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
