@@ -266,7 +266,7 @@ class Tape final : public Tracer {
     uint64_t varying = 0;                      // in a body: the mesh axes (bits) its value varies over
     std::vector<uint64_t> broadcast;           // in a body: per input, the axes its cotangent is summed over
     bool collective = false;                   // in a body: runs even when no cotangent reached it
-    std::string site;                          // the call site it was recorded at (core/call_site.hpp)
+    std::shared_ptr<const std::string> site;   // the call site it was recorded at (core/call_site.hpp)
     bool summed_leaf = false;                  // a leaf whose cotangents add up over passes (watch)
   };
 
@@ -275,7 +275,7 @@ class Tape final : public Tracer {
   /// `mask`: the inputs wanted (cotangent_mask), null for all.
   static Cotangents run_pullback(const Node& node, const AnyArray& g, const std::vector<bool>* mask = nullptr) {
     const ImplicitResharding backward;  // the backward's moves follow from the forward's layouts
-    const SiteScope site(node.site);    // its collectives are the forward's site's, as its backward
+    const SiteScope site(node.site ? *node.site : std::string());  // its collectives: the forward's site's, as its backward
     struct MaskScope {
       const std::vector<bool>* saved;
       explicit MaskScope(const std::vector<bool>* m) : saved(std::exchange(cotangent_mask(), m)) {}
@@ -295,7 +295,7 @@ class Tape final : public Tracer {
     static std::atomic<uint64_t> next_id{1};  // unique in the process: a stale id never matches
     const bool typing_only = body && !pullback;
     const uint64_t id = next_id++ | (typing_only ? kTypingOnly : 0);
-    std::string site = site_stack().empty() ? std::string() : current_site();  // before anything is added
+    std::shared_ptr<const std::string> site = current_site_label();  // before anything is added
     nodes_.push_back(Node{id, op, std::move(inputs), std::move(pullback), std::move(body), varying,
                           std::move(broadcast), false, std::move(site)});
     index_.emplace(id, nodes_.size() - 1);

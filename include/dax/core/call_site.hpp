@@ -9,6 +9,7 @@
 // attributed to the scope whose forward they transpose.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,10 +34,16 @@ namespace detail {
 /// user line ("model.cpp:42").
 struct SiteFrame {
   std::string path, where;
+  std::shared_ptr<const std::string> label;  // "path @ where", made once (the tape shares it per op); null: ""
 };
 inline std::vector<SiteFrame>& site_stack() {
   thread_local std::vector<SiteFrame> stack;
   return stack;
+}
+/// Pushes a frame with its label (a frame's text is built once, not per op recorded under it).
+inline void push_site(std::string path, std::string where) {
+  auto label = path.empty() ? nullptr : std::make_shared<const std::string>(where.empty() ? path : path + " @ " + where);
+  site_stack().push_back({std::move(path), std::move(where), std::move(label)});
 }
 
 /// Whether `file` is one of dax's own headers (a collective asked for by dax itself, e.g. pmean
@@ -72,7 +79,7 @@ class SiteScope {
     if (is_dax_source(at.file)) return;
     auto& stack = site_stack();
     std::string path = stack.empty() || stack.back().path.empty() ? std::string(name) : stack.back().path + "/" + name;
-    stack.push_back({std::move(path), line_text(at)});
+    push_site(std::move(path), line_text(at));
     pushed_ = true;
   }
   /// A part of what dax runs for the caller (e.g. "gradients": value_and_grad's reduction of them
@@ -80,15 +87,15 @@ class SiteScope {
   struct Part {};
   SiteScope(Part, const char* name) {
     auto& stack = site_stack();
-    if (stack.empty() || stack.back().path.empty()) stack.push_back({name, ""});
-    else stack.push_back({stack.back().path + "/" + name, stack.back().where});
+    if (stack.empty() || stack.back().path.empty()) push_site(name, "");
+    else push_site(stack.back().path + "/" + name, stack.back().where);
     pushed_ = true;
   }
   /// The site `label` (current_site()'s text) again, with `mark` after it: a recorded forward's
   /// site around its backward (" (backward)"), a started exchange's where it is counted (""). An
   /// empty label (recorded outside every scope) hides the frames open now: "" again.
   explicit SiteScope(const std::string& label, std::string_view mark = " (backward)") {
-    site_stack().push_back({label.empty() ? std::string() : label + std::string(mark), ""});
+    push_site(label.empty() ? std::string() : label + std::string(mark), "");
     pushed_ = true;
   }
   ~SiteScope() {
@@ -104,9 +111,12 @@ class SiteScope {
 /// The innermost site as text ("attention/psum @ model.cpp:42"), or "" outside every scope.
 inline std::string current_site() {
   const auto& stack = site_stack();
-  if (stack.empty()) return {};
-  const SiteFrame& f = stack.back();
-  return f.where.empty() || f.path.empty() ? f.path : f.path + " @ " + f.where;
+  return stack.empty() || !stack.back().label ? std::string() : *stack.back().label;
+}
+/// The same, shared (null outside every scope): what the tape keeps per recorded op.
+inline std::shared_ptr<const std::string> current_site_label() {
+  const auto& stack = site_stack();
+  return stack.empty() ? nullptr : stack.back().label;
 }
 
 }  // namespace detail
