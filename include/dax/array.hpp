@@ -28,6 +28,7 @@
 #include <dax/debug/profile.hpp>
 #include <dax/debug/simulate.hpp>
 #include <dax/ops/elementwise.hpp>
+#include <dax/ops/complex.hpp>
 #include <dax/ops/cast_reshard.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/matmul.hpp>

@@ -44,6 +44,8 @@ inline MPI_Datatype mpi_type(DType t) {
     case DType::boolean: return MPI_C_BOOL;
     case DType::bfloat16: return MpiFloat16::get().bfloat16;
     case DType::float16: return MpiFloat16::get().half;
+    case DType::complex64: return MPI_C_FLOAT_COMPLEX;  // MPI_SUM and MPI_PROD are defined on them
+    case DType::complex128: return MPI_C_DOUBLE_COMPLEX;
   }
   fail("MPI transport: no MPI type for ", to_string(t));
 }

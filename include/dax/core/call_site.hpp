@@ -58,7 +58,7 @@ inline bool is_dax_source(const char* file) {
   const std::string_view f(file);
   if (!(f.ends_with(".hpp") || f.ends_with(".cuh"))) return false;
   for (const char* layer : {"dax/array/", "dax/autodiff/", "dax/backend/", "dax/comm/", "dax/compiled/", "dax/core/",
-                            "dax/debug/", "dax/io/", "dax/manual/", "dax/nn/", "dax/ops/", "dax/optim/",
+                            "dax/debug/", "dax/fft/", "dax/io/", "dax/manual/", "dax/nn/", "dax/linalg/", "dax/ops/", "dax/optim/",
                             "dax/parallel/", "dax/reshard/", "dax/runtime/", "dax/sharding/"})
     if (f.find(layer) != std::string_view::npos) return last_is_dax = true;
   return false;

@@ -34,10 +34,16 @@ inline constexpr uint64_t index_step = 0x9e3779b97f4a7c15ull;
 constexpr uint64_t element_term(uint64_t flat_index, uint64_t bits) { return mix64(bits + flat_index * index_step); }
 
 /// The raw bits of a value, zero-extended (floats are not converted: -0.0, NaN payloads count).
+/// A 16-byte value (complex128) folds its high half in through mix64: a change to either half alone
+/// always changes the result, one to both escapes with probability 2^-64.
 template <class T>
 uint64_t bits_of(const T& value) {
-  static_assert(sizeof(T) <= 8);
-  if constexpr (sizeof(T) == 8) {
+  static_assert(sizeof(T) <= 8 || sizeof(T) == 16);
+  if constexpr (sizeof(T) == 16) {
+    uint64_t b[2];
+    std::memcpy(b, &value, 16);
+    return b[0] + mix64(b[1]);
+  } else if constexpr (sizeof(T) == 8) {
     uint64_t b;
     std::memcpy(&b, &value, 8);
     return b;

@@ -121,11 +121,7 @@ DistArray<T> load_file(const std::filesystem::path& path, const NamedSharding& s
   const uint64_t checksum = sum_over(*group, local_sum);
   DAX_CHECK(!v.has_checksum || checksum == v.checksum, "load: ", name, " fails its checksum: its sidecar ", name, ".dax says ",
             hex64(v.checksum), ", the data gives ", hex64(checksum), " (the data is damaged)");
-  if (v.swap)  // a big-endian numpy.save file on a little-endian machine, or the reverse
-    for (int64_t i = 0; i < numel(box); ++i) {
-      auto* b = reinterpret_cast<unsigned char*>(data + i);
-      std::reverse(b, b + sizeof(T));
-    }
+  if (v.swap) npy::swap_bytes(data, numel(box));  // a big-endian numpy.save file on a little-endian machine, or the reverse
   if (dev::on_gpu()) buffer = dev::upload(data, numel(box));
   DistArray<T> out(shape, reduced, std::move(buffer));
   return sharding.is_unreduced() ? reshard(out, sharding) : out;

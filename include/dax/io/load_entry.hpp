@@ -68,14 +68,6 @@ inline const Located& find_entry(const Index& idx, const std::string& path, cons
        names.empty() ? "none" : names, ")");
 }
 
-template <class T>
-void swap_bytes(T* data, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    auto* b = reinterpret_cast<unsigned char*>(data + i);
-    std::reverse(b, b + sizeof(T));
-  }
-}
-
 /// Loads the located array into `sharding`; collective over its mesh.
 template <class T>
 DistArray<T> load_located(const std::string& path, const Located& l, const NamedSharding& sharding, Communicator* group) {
@@ -106,7 +98,7 @@ DistArray<T> load_located(const std::string& path, const Located& l, const Named
     else error = read_box(fd.get(), l.offset, shape, box, sizeof(T), reinterpret_cast<char*>(data));
     if (!error.empty() && fd.get() >= 0) error = cat("load: ", label, ": ", error);
   }
-  if (error.empty() && l.swap) swap_bytes(data, numel(box));
+  if (error.empty() && l.swap) npy::swap_bytes(data, numel(box));
   if (error.empty() && dtype_v<T> == DType::boolean) {
     // A bool that is neither 0 nor 1 is no bool at all (reading it is undefined): name its byte.
     const auto* bytes = reinterpret_cast<const unsigned char*>(data);

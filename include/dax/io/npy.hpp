@@ -2,6 +2,8 @@
 // does) and parsing any version 1.0-3.0 header strictly. Pure: no MPI, no files.
 #pragma once
 
+#include <algorithm>
+
 #include <bit>
 #include <cstdint>
 #include <limits>
@@ -37,8 +39,19 @@ std::string descr_of() {
     case DType::boolean: return "|b1";
     case DType::float16: return std::string(1, order) + "f2";
     case DType::bfloat16: return "|V2";  // NumPy has no bfloat16: raw 2-byte records (ml_dtypes views them)
+    case DType::complex64: return std::string(1, order) + "c8";
+    case DType::complex128: return std::string(1, order) + "c16";
   }
   fail("npy: ", to_string(dtype_v<T>), " has no NumPy descr");
+}
+
+/// Reverses the byte order of `n` elements in place (data written on a machine of the other
+/// endianness): each number's bytes, so the two halves of a complex number each on their own.
+template <class T>
+void swap_bytes(T* data, int64_t n) {
+  constexpr size_t unit = sizeof(detail::real_t<T>);
+  auto* bytes = reinterpret_cast<unsigned char*>(data);
+  for (int64_t i = 0; i < n * int64_t(sizeof(T) / unit); ++i) std::reverse(bytes + i * unit, bytes + (i + 1) * unit);
 }
 
 /// A readable name for a descr in messages: "float32" for '<f4', the descr itself otherwise.
@@ -47,7 +60,7 @@ inline std::string descr_name(const std::string& descr) {
   const char native = little ? '<' : '>', foreign = little ? '>' : '<';
   if (descr == "|b1") return "bool";
   if (descr == "|V2") return "bfloat16";
-  if (descr.size() == 3 && (descr[0] == native || descr[0] == foreign || descr[0] == '=')) {
+  if ((descr.size() == 3 || descr.size() == 4) && (descr[0] == native || descr[0] == foreign || descr[0] == '=')) {
     const std::string kind = descr.substr(1);
     std::string name;
     if (kind == "f4") name = "float32";
@@ -58,6 +71,8 @@ inline std::string descr_name(const std::string& descr) {
     else if (kind == "i2") name = "int16";
     else if (kind == "u4") name = "uint32";
     else if (kind == "u8") name = "uint64";
+    else if (kind == "c8") name = "complex64";
+    else if (kind == "c16") name = "complex128";
     if (!name.empty()) return descr[0] == foreign ? name + (little ? ", big-endian" : ", little-endian") : name;
   }
   return "'" + descr + "'";

@@ -65,7 +65,7 @@ inline std::optional<DType> npy_element(const std::string& descr, bool& swap) {
   swap = false;
   if (descr == "|b1") return DType::boolean;
   if (descr == "|V2") return DType::bfloat16;
-  if (descr.size() != 3) return std::nullopt;
+  if (descr.size() != 3 && descr.size() != 4) return std::nullopt;
   const bool little = std::endian::native == std::endian::little;
   const char order = descr[0];
   if (order != '<' && order != '>' && order != '=' && order != '|') return std::nullopt;
@@ -77,6 +77,8 @@ inline std::optional<DType> npy_element(const std::string& descr, bool& swap) {
   if (kind == "i4") return DType::int32;
   if (kind == "i8") return DType::int64;
   if (kind == "b1") return DType::boolean;
+  if (kind == "c8") return DType::complex64;
+  if (kind == "c16") return DType::complex128;
   return std::nullopt;
 }
 

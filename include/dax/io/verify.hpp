@@ -103,7 +103,7 @@ struct Verified {
 
 /// The descr of the same type in the other byte order ('<f4' <-> '>f4'); "" if it has none.
 inline std::string swapped_descr(const std::string& descr) {
-  if (descr.size() != 3 || (descr[0] != '<' && descr[0] != '>')) return {};
+  if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '>')) return {};
   return (descr[0] == '<' ? ">" : "<") + descr.substr(1);
 }
 

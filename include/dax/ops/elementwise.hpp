@@ -104,7 +104,7 @@ template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<
 /// Division keeps partial sums only for floating types: integer division does not distribute.
 template <class T>
 inline constexpr detail::Linearity division_linearity =
-    detail::is_floating_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
+    detail::is_floating_v<T> || detail::is_complex_v<T> ? detail::Linearity::scaling : detail::Linearity::none;
 
 template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>& b) {
   auto out = detail::map<T>(division_linearity<T>, detail::fn::Divide{}, a, b);
@@ -213,7 +213,8 @@ DistArray<U> astype(const DistArray<T>& x) {
 
 // ---- with scalars ----
 template <class T, class S>
-concept Scalar = (std::is_arithmetic_v<S> || detail::is_float16_v<S>) && !std::is_same_v<S, bool>;
+concept Scalar = (std::is_arithmetic_v<S> || detail::is_float16_v<S> || (detail::is_complex_v<S> && std::is_same_v<S, T>)) &&
+                 !std::is_same_v<S, bool>;
 
 namespace detail {
 
@@ -368,7 +369,9 @@ template <class T> DistArray<T> neg(const DistArray<T>& x) {
   return out;
 }
 template <class T> DistArray<T> operator-(const DistArray<T>& x) { return neg(x); }
-template <class T> DistArray<T> abs(const DistArray<T>& x) {
+template <class T>
+  requires(!detail::is_complex_v<T>)  // a complex array's abs is real: ops/complex.hpp
+DistArray<T> abs(const DistArray<T>& x) {
   return detail::unary_op("abs", detail::Linearity::none, detail::fn::Abs{}, x, detail::fn::AbsGradX{});
 }
 template <class T> DistArray<T> square(const DistArray<T>& x) {

@@ -44,6 +44,7 @@ inline ncclDataType_t nccl_type(DType t) {
     case DType::float16: return ncclFloat16;
     case DType::bfloat16: return ncclBfloat16;
     case DType::boolean: return ncclUint8;
+    case DType::complex64: case DType::complex128: break;  // complex arrays run on the CPU backend so far
   }
   fail("NCCL transport: no NCCL type for ", dax::to_string(t));
 }

@@ -1,0 +1,208 @@
+// dax::fft: numpy.fft's transforms on sharded arrays. Each op takes the stages of fft_rule (the
+// axes the input holds whole first, then the all-to-all that makes the others whole), runs one
+// local FFTW transform per stage on every device's piece, and returns in the input's layout or,
+// when asked, in the transposed one the last stage left (FFTW_MPI_TRANSPOSED_OUT's saving: one
+// all-to-all fewer). Normalisation as NumPy's `norm`. CPU backend (FFTW); the meta backend counts.
+#pragma once
+
+#include <cmath>
+#include <complex>
+#include <optional>
+#include <vector>
+
+#include <dax/array/creation.hpp>
+#include <dax/array/profile_hook.hpp>
+#include <dax/array/reshard.hpp>
+#include <dax/backend/fft_ops.hpp>
+#include <dax/fft/fft_rule.hpp>
+
+namespace dax::fft {
+
+/// Which direction is scaled, as NumPy's `norm`: "backward" (the inverse by 1/n, the default),
+/// "ortho" (both by 1/sqrt(n)), "forward" (the forward by 1/n).
+enum class Norm { backward, ortho, forward };
+
+/// The result's sharding: the input's (default), or the transposed layout the last all-to-all
+/// left, which saves the all-to-all back (FFTW's FFTW_MPI_TRANSPOSED_OUT). An inverse transform
+/// given that layout moves nothing before its first stage.
+enum class Output { like_input, transposed };
+
+}  // namespace dax::fft
+
+namespace dax::detail {
+
+/// The factor a transform of n points (all transformed axes together) is scaled by.
+inline double fft_scale(fft::Norm norm, bool forward, double n) {
+  if (n <= 0) return 1;
+  switch (norm) {
+    case fft::Norm::backward: return forward ? 1 : 1 / n;
+    case fft::Norm::ortho: return 1 / std::sqrt(n);
+    case fft::Norm::forward: return forward ? 1 / n : 1;
+  }
+  return 1;
+}
+
+/// One stage: `x` (already in the stage's layout) transformed along its axes into an array of
+/// `out_shape` in the same layout; `halved` is the r2c / c2r axis (-1 for c2c), passed last to FFTW.
+template <class Out, class In>
+DistArray<Out> fft_stage(const DistArray<In>& x, const FftStage& stage, const Shape& out_shape, int halved,
+                         bool forward, double scale) {
+  const NamedSharding& layout = stage.layout;
+  Runtime& rt = Runtime::current();
+  if (!layout.mesh().contains(rt.rank())) return DistArray<Out>(out_shape, layout, nullptr);
+  const Shape in_local = x.local_shape();
+  const Shape out_local = box_shape(layout.device_indices(rt.rank(), out_shape));
+  auto buffer = dev::allocate(numel(out_local) * sizeof(Out));
+  Out* out = static_cast<Out*>(buffer->data());
+  std::vector<int> axes;
+  for (int a : stage.axes)
+    if (a != halved || !stage.halves) axes.push_back(a);
+  if (stage.halves) axes.push_back(halved);
+  const In* in = x.local_data().data();
+  if constexpr (std::is_same_v<In, Out>) {
+    dev::fft_c2c(in, out, in_local, axes, forward);
+  } else if constexpr (is_complex_v<Out>) {
+    dev::fft_r2c(in, in_local, out, out_local, axes);
+  } else {  // FFTW's c2r overwrites its input: a copy of this rank's piece is given up instead
+    const int64_t in_bytes = numel(in_local) * int64_t(sizeof(In));
+    auto scratch = dev::allocate(in_bytes);
+    dev::copy(scratch->data(), in, in_bytes);
+    dev::fft_c2r(static_cast<In*>(scratch->data()), in_local, out, out_local, axes);
+  }
+  dev::scale(out, numel(out_local), real_t<Out>(scale));
+  return DistArray<Out>(out_shape, layout, std::move(buffer));
+}
+
+/// The whole transform: the rule's stages in order, each after moving to its layout, then the move
+/// to the result's sharding. `shapes` gives the array's shape before the first stage and after each.
+template <class Out, class In>
+DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector<int>& axes, FftKind kind,
+                       bool forward, fft::Norm norm, fft::Output output, const Shape& out_shape) {
+  const ProfiledOp profiled(op, x);
+  const FftRule rule = fft_rule(x.shape(), x.sharding(), axes, kind, output == fft::Output::transposed);
+  const int halved = kind == FftKind::c2c ? -1 : axes.back();
+  double points = 1;  // the logical length of the transform: the real side's along the halved axis
+  for (int a : axes) points *= double(kind == FftKind::c2r ? out_shape[a] : x.shape()[a]);
+  const double scale = fft_scale(norm, forward, points);
+  if constexpr (std::is_same_v<In, Out>)
+    if (rule.stages.empty()) return moved_to(x, rule.output);  // no axes: nothing to transform
+  // The input moved to the first layout as any op's operand (explicit sharding sees it); the
+  // transposes between stages are the transform's own work, as in FFTW's MPI interface.
+  DistArray<In> in = operand_to(x, rule.stages.front().layout, op);
+  const auto last = rule.stages.size() - 1;
+  if constexpr (std::is_same_v<In, Out>) {
+    for (size_t i = 0; i <= last; ++i)
+      in = fft_stage<Out>(moved_to(in, rule.stages[i].layout), rule.stages[i], out_shape, halved, forward,
+                          i == last ? scale : 1.0);
+    return moved_to(in, rule.output);
+  } else if constexpr (is_complex_v<Out>) {  // r2c: the first stage halves; the rest are c2c on complex values
+    DistArray<Out> z = fft_stage<Out>(in, rule.stages[0], out_shape, halved, forward, last == 0 ? scale : 1.0);
+    for (size_t i = 1; i <= last; ++i)
+      z = fft_stage<Out>(moved_to(z, rule.stages[i].layout), rule.stages[i], out_shape, halved, forward,
+                         i == last ? scale : 1.0);
+    return moved_to(z, rule.output);
+  } else {  // c2r: c2c stages first, the last one back to real values
+    for (size_t i = 0; i < last; ++i)
+      in = fft_stage<In>(moved_to(in, rule.stages[i].layout), rule.stages[i], x.shape(), halved, forward, 1.0);
+    DistArray<Out> r = fft_stage<Out>(moved_to(in, rule.stages[last].layout), rule.stages[last], out_shape, halved,
+                                      forward, scale);
+    return moved_to(r, rule.output);
+  }
+}
+
+/// The axes of an n-dimensional transform: all of them when `axes` is empty.
+inline std::vector<int> fftn_axes(const std::vector<int>& axes, size_t ndim, const char* op) {
+  if (!axes.empty()) return fft_axes(axes, ndim, op);
+  std::vector<int> all(ndim);
+  for (size_t d = 0; d < ndim; ++d) all[d] = static_cast<int>(d);
+  return all;
+}
+
+}  // namespace dax::detail
+
+namespace dax::fft {
+
+/// The n-dimensional discrete Fourier transform over `axes` (all when empty), numpy.fft.fftn.
+template <class R>
+DistArray<std::complex<R>> fftn(const DistArray<std::complex<R>>& x, const std::vector<int>& axes = {},
+                                Norm norm = Norm::backward, Output output = Output::like_input) {
+  const auto ax = detail::fftn_axes(axes, x.ndim(), "fftn");
+  return detail::run_fft<std::complex<R>>("fftn", x, ax, detail::FftKind::c2c, true, norm, output, x.shape());
+}
+
+/// The inverse of fftn (numpy.fft.ifftn): ifftn(fftn(x)) == x.
+template <class R>
+DistArray<std::complex<R>> ifftn(const DistArray<std::complex<R>>& x, const std::vector<int>& axes = {},
+                                 Norm norm = Norm::backward, Output output = Output::like_input) {
+  const auto ax = detail::fftn_axes(axes, x.ndim(), "ifftn");
+  return detail::run_fft<std::complex<R>>("ifftn", x, ax, detail::FftKind::c2c, false, norm, output, x.shape());
+}
+
+/// The transform along one axis (numpy.fft.fft); the array keeps its sharding.
+template <class R>
+DistArray<std::complex<R>> fft(const DistArray<std::complex<R>>& x, int axis = -1, Norm norm = Norm::backward) {
+  return detail::run_fft<std::complex<R>>("fft", x, detail::fft_axes({axis}, x.ndim(), "fft"), detail::FftKind::c2c,
+                                          true, norm, Output::like_input, x.shape());
+}
+
+/// The inverse along one axis (numpy.fft.ifft).
+template <class R>
+DistArray<std::complex<R>> ifft(const DistArray<std::complex<R>>& x, int axis = -1, Norm norm = Norm::backward) {
+  return detail::run_fft<std::complex<R>>("ifft", x, detail::fft_axes({axis}, x.ndim(), "ifft"), detail::FftKind::c2c,
+                                          false, norm, Output::like_input, x.shape());
+}
+
+/// The transform of real input over `axes` (all when empty), numpy.fft.rfftn: the last axis
+/// becomes n / 2 + 1 long (the rest of the spectrum is its conjugate mirror).
+template <class R>
+  requires std::is_same_v<R, float> || std::is_same_v<R, double>
+DistArray<std::complex<R>> rfftn(const DistArray<R>& x, const std::vector<int>& axes = {}, Norm norm = Norm::backward,
+                                 Output output = Output::like_input) {
+  const auto ax = detail::fftn_axes(axes, x.ndim(), "rfftn");
+  DAX_CHECK(!ax.empty(), "rfftn: a scalar has no axis to transform");
+  Shape out_shape = x.shape();
+  out_shape[ax.back()] = x.shape()[ax.back()] / 2 + 1;
+  return detail::run_fft<std::complex<R>>("rfftn", x, ax, detail::FftKind::r2c, true, norm, output, out_shape);
+}
+
+/// rfftn along one axis (numpy.fft.rfft).
+template <class R>
+  requires std::is_same_v<R, float> || std::is_same_v<R, double>
+DistArray<std::complex<R>> rfft(const DistArray<R>& x, int axis = -1, Norm norm = Norm::backward) {
+  return rfftn(x, {axis}, norm);
+}
+
+/// The inverse of rfftn (numpy.fft.irfftn): real output whose lengths along `axes` are `s` (by
+/// default the input's, except the last axis's 2 (m - 1)). The input's last axis must be
+/// s.back() / 2 + 1 long and the others s's lengths (NumPy would crop or pad; dax asks for them).
+template <class R>
+DistArray<R> irfftn(const DistArray<std::complex<R>>& x, const std::vector<int64_t>& s = {},
+                    const std::vector<int>& axes = {}, Norm norm = Norm::backward, Output output = Output::like_input) {
+  const auto ax = detail::fftn_axes(axes, x.ndim(), "irfftn");
+  DAX_CHECK(!ax.empty(), "irfftn: a scalar has no axis to transform");
+  DAX_CHECK(s.empty() || s.size() == ax.size(), "irfftn: s has ", s.size(), " lengths for ", ax.size(), " axes");
+  Shape out_shape = x.shape();
+  for (size_t i = 0; i < ax.size(); ++i) {
+    const int64_t m = x.shape()[ax[i]];
+    const bool last = i + 1 == ax.size();
+    const int64_t want = s.empty() ? (last ? 2 * (m - 1) : m) : s[i];
+    DAX_CHECK(want > 0, "irfftn: the output length along axis ", ax[i], " must be positive, got ", want);
+    DAX_CHECK(last ? m == want / 2 + 1 : m == want, "irfftn: an output ", want, " long along axis ", ax[i], " needs ",
+              last ? want / 2 + 1 : want, " input values there, got ", m);
+    out_shape[ax[i]] = want;
+  }
+  return detail::run_fft<R>("irfftn", x, ax, detail::FftKind::c2r, false, norm, output, out_shape);
+}
+
+/// irfftn along one axis with output length n (numpy.fft.irfft; n = -1: 2 (m - 1)).
+template <class R>
+DistArray<R> irfft(const DistArray<std::complex<R>>& x, int64_t n = -1, int axis = -1, Norm norm = Norm::backward) {
+  return irfftn(x, n < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{n}, {axis}, norm);
+}
+
+/// Which FFTW planner makes a geometry's plan the first time: measure (default: trial runs, faster
+/// transforms) or estimate (at once). Plans already made are kept.
+inline void set_planning(detail::cpu::FftPlanning planning) { detail::cpu::fft_planning() = planning; }
+using Planning = detail::cpu::FftPlanning;
+
+}  // namespace dax::fft

@@ -1,0 +1,239 @@
+// dax::fft on random shapes (uneven), shardings, axes, norms and result layouts at every rank count,
+// against a direct O(n^2) DFT of the gathered array in double; round trips; the bytes a slab
+// transform moves (one all-to-all each way, none back when the transposed layout is kept); errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <complex>
+#include <numbers>
+#include <random>
+
+#include <dax/fft.hpp>
+
+#include "helpers.hpp"
+
+using dax::Mesh;
+using dax::NamedSharding;
+using dax::P;
+using dax::Shape;
+using dax::fft::Norm;
+using dax::fft::Output;
+using dax::test::Pick;
+using dax::test::random_mesh;
+using dax::test::random_sharding;
+using Z = std::complex<double>;
+
+namespace {
+
+/// The DFT of `x` (row-major, `shape`) along `axis`, in double: sign -1 forward, +1 inverse
+/// (unscaled).
+std::vector<Z> dft_axis(const std::vector<Z>& x, const Shape& shape, int axis, int sign) {
+  const int64_t n = shape[axis];
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t outer = dax::numel(shape) / (n * inner);
+  std::vector<Z> y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i)
+      for (int64_t k = 0; k < n; ++k) {
+        Z acc = 0;
+        for (int64_t j = 0; j < n; ++j)
+          acc += x[(o * n + j) * inner + i] * std::polar(1.0, sign * 2 * std::numbers::pi * double(j * k % n) / double(n));
+        y[(o * n + k) * inner + i] = acc;
+      }
+  return y;
+}
+
+double norm_factor(Norm norm, bool forward, double n) {
+  if (norm == Norm::ortho) return 1 / std::sqrt(n);
+  if (norm == Norm::backward) return forward ? 1 : 1 / n;
+  return forward ? 1 / n : 1;
+}
+
+std::vector<Z> dftn(std::vector<Z> x, const Shape& shape, const std::vector<int>& axes, int sign, Norm norm) {
+  double points = 1;
+  for (int a : axes) {
+    x = dft_axis(x, shape, a, sign);
+    points *= double(shape[a]);
+  }
+  const double f = norm_factor(norm, sign < 0, points);
+  for (auto& z : x) z *= f;
+  return x;
+}
+
+template <class C>
+std::vector<C> random_complex(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<typename C::value_type> u(-1, 1);
+  std::vector<C> v(static_cast<size_t>(n));
+  for (auto& z : v) z = C(u(rng), u(rng));
+  return v;
+}
+
+template <class T>
+std::vector<Z> widen(const std::vector<T>& v) {
+  std::vector<Z> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Z(v[i]);
+  return out;
+}
+
+/// The largest |x - want| over the gathered array (0 on a rank outside x's mesh, which holds none).
+template <class T>
+double max_error(const dax::DistArray<T>& x, const std::vector<Z>& want) {
+  if (!x.is_addressable()) return 0;
+  const auto got = x.to_host();
+  REQUIRE(got.size() == want.size());
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::abs(Z(got[i]) - want[i]));
+  return e;
+}
+
+Shape random_shape(Pick& pick, size_t ndim) {
+  Shape s(ndim);
+  for (auto& d : s) d = 1 + static_cast<int64_t>(pick(9));
+  return s;
+}
+
+std::vector<int> random_axes(Pick& pick, size_t ndim) {
+  std::vector<int> axes;
+  for (size_t d = 0; d < ndim; ++d)
+    if (pick(2) == 1) axes.push_back(static_cast<int>(d));
+  if (axes.empty()) axes.push_back(static_cast<int>(pick(ndim)));
+  if (pick(2) == 1) std::reverse(axes.begin(), axes.end());  // any order: the transform is the same
+  return axes;
+}
+
+Norm random_norm(Pick& pick) { return std::array{Norm::backward, Norm::ortho, Norm::forward}[pick(3)]; }
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("fftn and ifftn equal the direct DFT on any sharding, axes and norm", "[fft]", float, double) {
+  using R = TestType;
+  using C = std::complex<R>;
+  const double tol = std::is_same_v<R, float> ? 2e-6 : 1e-13;
+  Pick pick(21);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const size_t ndim = 1 + pick(3);
+    const Shape shape = random_shape(pick, ndim);
+    const auto axes = random_axes(pick, ndim);
+    const Norm norm = random_norm(pick);
+    const Output output = pick(2) ? Output::transposed : Output::like_input;
+    const NamedSharding s = random_sharding(pick, mesh, ndim, pick(4) == 0);
+    const auto host = random_complex<C>(dax::numel(shape), 800 + trial);
+    INFO(dax::to_string(shape) << " " << dax::to_string(s) << " axes " << axes.size() << " first " << axes[0]
+                               << " norm " << int(norm) << " transposed " << int(output));
+    const auto x = dax::reshard(dax::device_put(host, shape, dax::detail::with_unreduced_axes(s, ndim, {})), s);
+    // A partial sum's input: every device but one holds zeros, so the sum is `host` again.
+    const auto y = dax::fft::fftn(x, axes, norm, output);
+    double points = 1;
+    for (int a : axes) points *= double(shape[a < 0 ? a + int(ndim) : a]);
+    const auto want = dftn(widen(host), shape, axes, -1, norm);
+    CHECK(max_error(y, want) <= tol * points);
+    if (output == Output::like_input) CHECK(y.sharding() == dax::detail::with_unreduced_axes(s, ndim, {}));
+    const auto back = dax::fft::ifftn(y, axes, norm, output);
+    CHECK(max_error(back, widen(host)) <= tol * points);
+  }
+}
+
+TEMPLATE_TEST_CASE("rfftn and irfftn equal the direct DFT's half spectrum and invert it", "[fft]", float, double) {
+  using R = TestType;
+  const double tol = std::is_same_v<R, float> ? 2e-6 : 1e-13;
+  Pick pick(22);
+  for (int trial = 0; trial < 30; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const size_t ndim = 1 + pick(3);
+    const Shape shape = random_shape(pick, ndim);
+    auto axes = random_axes(pick, ndim);
+    const Norm norm = random_norm(pick);
+    const Output output = pick(2) ? Output::transposed : Output::like_input;
+    const NamedSharding s = random_sharding(pick, mesh, ndim);
+    std::mt19937 rng(900 + trial);
+    std::uniform_real_distribution<R> u(-1, 1);
+    std::vector<R> host(static_cast<size_t>(dax::numel(shape)));
+    for (auto& v : host) v = u(rng);
+    INFO(dax::to_string(shape) << " " << dax::to_string(s) << " last axis " << axes.back() << " of " << axes.size()
+                               << " norm " << int(norm) << " transposed " << int(output));
+    const auto x = dax::device_put(host, shape, s);
+    const auto y = dax::fft::rfftn(x, axes, norm, output);
+    const int h = axes.back();
+    Shape half = shape;
+    half[h] = shape[h] / 2 + 1;
+    REQUIRE(y.shape() == half);
+    // The full spectrum's first n / 2 + 1 entries along the halved axis.
+    const auto full = dftn(widen(host), shape, axes, -1, norm);
+    std::vector<Z> want(static_cast<size_t>(dax::numel(half)));
+    const auto fs = dax::detail::row_major_strides(shape), hs = dax::detail::row_major_strides(half);
+    for (int64_t i = 0; i < dax::numel(half); ++i) {
+      int64_t rest = i, src = 0;
+      for (size_t d = 0; d < ndim; ++d) {
+        src += (rest / hs[d]) * fs[d];
+        rest %= hs[d];
+      }
+      want[i] = full[src];
+    }
+    double points = 1;
+    for (int a : axes) points *= double(shape[a]);
+    CHECK(max_error(y, want) <= tol * points);
+    std::vector<int64_t> lengths;
+    for (int a : axes) lengths.push_back(shape[a]);
+    const auto back = dax::fft::irfftn(y, lengths, axes, norm, output);
+    REQUIRE(back.shape() == shape);
+    CHECK(max_error(back, widen(host)) <= tol * points);
+    if (output == Output::like_input) CHECK(back.sharding() == s);
+  }
+}
+
+TEST_CASE("fft, ifft, rfft and irfft along one axis, odd lengths too", "[fft]") {
+  Pick pick(23);
+  for (int trial = 0; trial < 12; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const Shape shape = random_shape(pick, 2);
+    const int axis = pick(2) ? -1 : 0;
+    const NamedSharding s = random_sharding(pick, mesh, 2);
+    const auto host = random_complex<Z>(dax::numel(shape), 1000 + trial);
+    const auto x = dax::device_put(host, shape, s);
+    const int a = axis < 0 ? 1 : 0;
+    INFO(dax::to_string(shape) << " " << dax::to_string(s) << " axis " << axis);
+    CHECK(max_error(dax::fft::fft(x, axis), dft_axis(host, shape, a, -1)) <= 1e-13 * double(shape[a]));
+    CHECK(max_error(dax::fft::ifft(dax::fft::fft(x, axis), axis), host) <= 1e-13 * double(shape[a]));
+    const auto re = dax::real(x);
+    const auto spectrum = dax::fft::rfft(re, axis);
+    CHECK(spectrum.shape()[a] == shape[a] / 2 + 1);
+    const auto again = dax::fft::irfft(spectrum, shape[a], axis);  // odd n needs n given
+    CHECK(max_error(again, widen(dax::test::host(re))) <= 1e-13 * double(shape[a]));
+    CHECK(again.sharding() == s);
+  }
+}
+
+TEST_CASE("a slab transform moves one all-to-all each way, none back when transposed", "[fft]") {
+  const int n = dax::test::world_size();
+  const Mesh mesh(Shape{n}, {"x"});
+  const Shape shape{24, 24};  // every rank count here divides 24
+  const auto host = random_complex<Z>(24 * 24, 31);
+  const auto x = dax::device_put(host, shape, NamedSharding(mesh, P("x")));
+  const int64_t moved = n > 1 ? (24 - 24 / n) * (24 / n) * int64_t(sizeof(Z)) : 0;  // per rank and all-to-all
+  dax::comm_stats().reset();
+  const auto kept = dax::fft::fftn(x, {}, Norm::backward, Output::transposed);
+  CHECK(dax::comm_stats().total_bytes() == moved);
+  CHECK(kept.sharding() == NamedSharding(mesh, P(dax::none, "x")));
+  dax::comm_stats().reset();
+  const auto back = dax::fft::ifftn(kept, {}, Norm::backward, Output::transposed);  // transforms dim 1 first, in place
+  CHECK(dax::comm_stats().total_bytes() == moved);
+  CHECK(back.sharding() == NamedSharding(mesh, P("x")));
+  CHECK(max_error(back, host) <= 1e-12);
+  dax::comm_stats().reset();
+  const auto same = dax::fft::fftn(x);
+  CHECK(dax::comm_stats().total_bytes() == 2 * moved);
+  CHECK(same.sharding() == x.sharding());
+  CHECK(max_error(same, widen(dax::test::host(kept))) <= 1e-12);
+}
+
+TEST_CASE("fft's errors name what was expected and what came", "[fft]") {
+  const Mesh mesh(Shape{1}, {"x"});
+  const auto z = dax::zeros<dax::complex128>({4, 5}, NamedSharding(mesh, P()));
+  CHECK(dax::test::error_of([&] { (void)dax::fft::fft(z, 2); }) == "fft: axis 2 is out of range for an array of rank 2");
+  CHECK(dax::test::error_of([&] { (void)dax::fft::fftn(z, {1, -1}); }) == "fftn: axis -1 is named twice");
+  CHECK(dax::test::error_of([&] { (void)dax::fft::irfft(z, 12); }) ==
+        "irfftn: an output 12 long along axis 1 needs 7 input values there, got 5");
+}
