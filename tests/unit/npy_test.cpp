@@ -2,6 +2,7 @@
 // piece-wise checksum, all without MPI or files.
 #include <catch2/catch.hpp>
 
+#include <complex>
 #include <cstring>
 #include <random>
 #include <string>
@@ -167,7 +168,9 @@ TEST_CASE("descr names", "[io][npy]") {
   CHECK(npy::descr_name("<i8") == "int64");
   CHECK(npy::descr_name("|b1") == "bool");
   CHECK(npy::descr_name(">f8") == "float64, big-endian");
-  CHECK(npy::descr_name("<c8") == "'<c8'");
+  CHECK(npy::descr_name("<c8") == "complex64");
+  CHECK(npy::descr_name(">c16") == "complex128, big-endian");
+  CHECK(npy::descr_name("<c32") == "'<c32'");  // NumPy's complex256: no dax type
   CHECK(npy::data_bytes({2, 3}, 4) == 24);
   CHECK(npy::data_bytes({}, 8) == 8);
   CHECK(npy::data_bytes({int64_t(1) << 40, int64_t(1) << 30}, 4) == -1);
@@ -286,4 +289,24 @@ TEST_CASE("sidecars", "[io][sidecar]") {
   CHECK(replaced("sum-mix64", "crc32") == "its checksum kind is \"crc32\", expected \"sum-mix64\"");
   CHECK(replaced("}\n", "} x") == "unexpected text after the closing '}'");
   CHECK(replaced("\"checksum\": ", "\"checksum\" ") == "expected ':' at byte 178, found '\"'");
+}
+
+TEST_CASE("swap_bytes reverses each number, each half of a complex one on its own", "[io][npy]") {
+  // A big-endian '>c8' file holds each float of the pair big-endian, real first.
+  const float re = 1.5f, im = -3.25f;
+  uint32_t re_bits, im_bits;
+  std::memcpy(&re_bits, &re, 4);
+  std::memcpy(&im_bits, &im, 4);
+  const uint32_t stored[2] = {__builtin_bswap32(re_bits), __builtin_bswap32(im_bits)};
+  std::complex<float> z;
+  std::memcpy(&z, stored, 8);
+  npy::swap_bytes(&z, 1);
+  CHECK(z == std::complex<float>(1.5f, -3.25f));
+  double d = 2.0;
+  uint64_t bits;
+  std::memcpy(&bits, &d, 8);
+  bits = __builtin_bswap64(bits);
+  std::memcpy(&d, &bits, 8);
+  npy::swap_bytes(&d, 1);
+  CHECK(d == 2.0);
 }
