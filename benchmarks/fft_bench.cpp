@@ -101,6 +101,25 @@ std::vector<Result> run_shape(const std::vector<ptrdiff_t>& dims, int rounds) {
       time_fftw(plain, fftw_plain);
     }
   }
+  // Where dax's time goes: the local transforms of each stage and the all-to-all between them.
+  {
+    const dax::NamedSharding moved(mesh, dax::P(dax::none, "x"));
+    const auto xt = dax::reshard(x, moved);
+    std::vector<int> rest;
+    for (int d = 1; d < rank_count; ++d) rest.push_back(d);
+    (void)dax::fft::fftn(x, rest);
+    (void)dax::fft::fftn(xt, {0});
+    std::vector<double> local_a, local_b, all_to_all;
+    for (int r = 0; r < rounds; ++r) {
+      local_a.push_back(dax::bench::slowest_rank_seconds([&] { (void)dax::fft::fftn(x, rest); }));
+      all_to_all.push_back(dax::bench::slowest_rank_seconds([&] { (void)dax::reshard(x, moved); }));
+      local_b.push_back(dax::bench::slowest_rank_seconds([&] { (void)dax::fft::fftn(xt, {0}); }));
+    }
+    if (rank == 0)
+      std::cout << "# " << dax::to_string(shape) << " dax's parts (median s): axes 1.. whole " << dax::bench::median(local_a)
+                << ", all-to-all " << dax::bench::median(all_to_all) << ", axis 0 after it " << dax::bench::median(local_b)
+                << "\n";
+  }
   fftw_destroy_plan(plain);
   fftw_destroy_plan(transposed);
   fftw_free(data);

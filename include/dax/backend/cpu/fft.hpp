@@ -106,16 +106,17 @@ class FftPlans {
   /// arrays the first time (FFTW's measuring planner overwrites the arrays it is given).
   Plan find(int kind, const FftGeometry& g, const void* in, const void* out, int64_t in_bytes, int64_t out_bytes) {
     const int in_off = Fftw<R>::alignment_of(in), out_off = Fftw<R>::alignment_of(out);
-    Key key{kind, g.sign, in_off, out_off, int(fft_planning()), int64_t(g.dims.size())};
+    const bool in_place = in == out;  // FFTW runs a plan only on arrays as in place (or not) as its own
+    Key key{kind, g.sign, in_off, out_off, int(fft_planning()), in_place, int64_t(g.dims.size())};
     for (const auto* list : {&g.dims, &g.batch})
       for (const auto& d : *list) key.insert(key.end(), {d.n, d.is, d.os});
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     // Scratch with the same alignment as the arrays (offset from FFTW's own, which is SIMD-aligned).
-    std::unique_ptr<void, void (*)(void*)> a(Fftw<R>::malloc(in_bytes + 64), Fftw<R>::free);
+    std::unique_ptr<void, void (*)(void*)> a(Fftw<R>::malloc(std::max(in_bytes, out_bytes) + 64), Fftw<R>::free);
     std::unique_ptr<void, void (*)(void*)> b(Fftw<R>::malloc(out_bytes + 64), Fftw<R>::free);
     DAX_CHECK(a && b, "dax::fft: FFTW could not allocate ", in_bytes + out_bytes, " bytes of scratch to plan in");
     auto* in_s = static_cast<char*>(a.get()) + in_off;
-    auto* out_s = static_cast<char*>(b.get()) + out_off;
+    auto* out_s = in_place ? in_s : static_cast<char*>(b.get()) + out_off;
     const unsigned flags = (fft_planning() == FftPlanning::measure ? FFTW_MEASURE : FFTW_ESTIMATE);
     using C = typename Fftw<R>::complex;
     Plan p = nullptr;
@@ -135,12 +136,10 @@ class FftPlans {
   std::map<Key, Plan> plans_;
 };
 
-/// out = the transform of `axes` of the row-major piece `in` (complex to complex, forward when
-/// `forward`). Pieces with no elements are skipped.
+/// The plan's transform of `axes` of a row-major piece, straight through FFTW's guru interface.
 template <class R>
-void fft_c2c(const std::complex<R>* in, std::complex<R>* out, const Shape& shape, const std::vector<int>& axes,
-             bool forward) {
-  if (numel(shape) == 0) return;
+void fft_c2c_direct(const std::complex<R>* in, std::complex<R>* out, const Shape& shape, const std::vector<int>& axes,
+                    bool forward) {
   FftGeometry g = fft_geometry(shape, shape, axes);
   g.sign = forward ? FFTW_FORWARD : FFTW_BACKWARD;
   const int64_t bytes = numel(shape) * int64_t(sizeof(std::complex<R>));
@@ -150,24 +149,104 @@ void fft_c2c(const std::complex<R>* in, std::complex<R>* out, const Shape& shape
   Fftw<R>::run_c2c(plan, reinterpret_cast<C*>(const_cast<std::complex<R>*>(in)), reinterpret_cast<C*>(out));
 }
 
-/// out (complex, the last of `axes` n / 2 + 1 long) = the forward transform of the real piece `in`.
+/// The transform along one axis whose elements lie `inner` apart (inner > 1): a few columns at a
+/// time copied into contiguous rows, transformed there, and copied back. FFTW's own plans for such
+/// strides (a power of two apart, say) run 4-9x slower than on contiguous rows: every element of a
+/// column maps to the same cache set. 128 bytes of each row per block (8 complex doubles).
+template <class R>
+void fft_c2c_columns(const std::complex<R>* in, std::complex<R>* out, const Shape& shape, int axis, bool forward) {
+  using Z = std::complex<R>;
+  const int64_t n = shape[axis];
+  int64_t inner = 1, outer = 1;
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  for (int d = 0; d < axis; ++d) outer *= shape[d];
+  constexpr int64_t width = 128 / sizeof(Z);
+  struct Scratch {
+    Z* data = nullptr;
+    int64_t size = 0;
+    ~Scratch() { Fftw<R>::free(data); }
+  };
+  thread_local Scratch rows, spectra;  // FFTW-aligned, kept: the plans below are made for them
+  for (Scratch* sc : {&rows, &spectra})
+    if (sc->size < width * n) {
+      Fftw<R>::free(sc->data);
+      sc->data = static_cast<Z*>(Fftw<R>::malloc(width * n * sizeof(Z)));
+      DAX_CHECK(sc->data != nullptr, "dax::fft: FFTW could not allocate ", width * n * sizeof(Z), " bytes of scratch");
+      sc->size = width * n;
+    }
+  for (int64_t o = 0; o < outer; ++o) {
+    const Z* src = in + o * n * inner;
+    Z* dst = out + o * n * inner;
+    for (int64_t c = 0; c < inner; c += width) {
+      const int64_t b = std::min(width, inner - c);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < b; ++k) rows.data[k * n + j] = src[j * inner + c + k];
+      fft_c2c_direct(rows.data, spectra.data, Shape{b, n}, {1}, forward);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < b; ++k) dst[j * inner + c + k] = spectra.data[k * n + j];
+    }
+  }
+}
+
+/// out = the transform of `axes` of the row-major piece `in` (complex to complex, forward when
+/// `forward`; `out` may be `in`). The trailing axes among them (contiguous rows, or planes of them)
+/// go to one FFTW plan; each other axis is transformed a block of columns at a time. Pieces with no
+/// elements are skipped.
+template <class R>
+void fft_c2c(const std::complex<R>* in, std::complex<R>* out, const Shape& shape, const std::vector<int>& axes,
+             bool forward) {
+  if (numel(shape) == 0 || axes.empty()) {
+    if (in != out && numel(shape) > 0) std::memcpy(out, in, numel(shape) * sizeof(std::complex<R>));
+    return;
+  }
+  std::vector<int> sorted = axes;
+  std::sort(sorted.begin(), sorted.end());
+  // The trailing run: the last axes, with dimensions of one after them counted as trailing too.
+  std::vector<int> tail, rest;
+  int next = static_cast<int>(shape.size()) - 1;
+  while (next >= 0 && std::find(sorted.begin(), sorted.end(), next) == sorted.end() && shape[next] == 1) --next;
+  for (int i = static_cast<int>(sorted.size()) - 1; i >= 0; --i) {
+    if (sorted[i] == next) {
+      tail.insert(tail.begin(), sorted[i]);
+      --next;
+      while (next >= 0 && std::find(sorted.begin(), sorted.end(), next) == sorted.end() && shape[next] == 1) --next;
+    } else {
+      rest.insert(rest.begin(), sorted[i]);
+    }
+  }
+  const std::complex<R>* src = in;
+  if (!tail.empty()) {
+    fft_c2c_direct(src, out, shape, tail, forward);
+    src = out;
+  }
+  for (int a : rest) {
+    fft_c2c_columns(src, out, shape, a, forward);
+    src = out;
+  }
+}
+
+/// out (complex, the last of `axes` n / 2 + 1 long) = the forward transform of the real piece `in`:
+/// the halved axis by FFTW's r2c, then the others as complex ones in place.
 template <class R>
 void fft_r2c(const R* in, const Shape& in_shape, std::complex<R>* out, const Shape& out_shape,
              const std::vector<int>& axes) {
   if (numel(in_shape) == 0 || numel(out_shape) == 0) return;
-  const FftGeometry g = fft_geometry(in_shape, out_shape, axes);
+  const FftGeometry g = fft_geometry(in_shape, out_shape, {axes.back()});
   using C = typename Fftw<R>::complex;
   auto plan = FftPlans<R>::get().find(1, g, in, out, numel(in_shape) * int64_t(sizeof(R)),
                                       numel(out_shape) * int64_t(sizeof(std::complex<R>)));
   Fftw<R>::run_r2c(plan, const_cast<R*>(in), reinterpret_cast<C*>(out));
+  fft_c2c(out, out, out_shape, std::vector<int>(axes.begin(), axes.end() - 1), true);
 }
 
-/// out (real) = the backward transform of the Hermitian piece `in`. FFTW's c2r overwrites its
-/// input, so `in` is scratch the caller gives up.
+/// out (real) = the backward transform of the Hermitian piece `in`: the other axes as complex ones
+/// in place, then the halved axis by FFTW's c2r, which overwrites its input: `in` is scratch the
+/// caller gives up.
 template <class R>
 void fft_c2r(std::complex<R>* in, const Shape& in_shape, R* out, const Shape& out_shape, const std::vector<int>& axes) {
   if (numel(in_shape) == 0 || numel(out_shape) == 0) return;
-  const FftGeometry g = fft_geometry(in_shape, out_shape, axes);
+  fft_c2c(in, in, in_shape, std::vector<int>(axes.begin(), axes.end() - 1), false);
+  const FftGeometry g = fft_geometry(in_shape, out_shape, {axes.back()});
   using C = typename Fftw<R>::complex;
   auto plan = FftPlans<R>::get().find(2, g, in, out, numel(in_shape) * int64_t(sizeof(std::complex<R>)),
                                       numel(out_shape) * int64_t(sizeof(R)));
