@@ -3,7 +3,7 @@
 set -euo pipefail
 DAX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DAX_BUILD=${DAX_BUILD:-$DAX_ROOT/build}
-packages="openmpi-bin libopenmpi-dev catch2 libeigen3-dev libopenblas-dev libfftw3-dev clang libclang-rt-dev python3-numpy ccache ninja-build"
+packages="openmpi-bin libopenmpi-dev catch2 libeigen3-dev libopenblas-dev libfftw3-dev libscalapack-openmpi-dev clang libclang-rt-dev python3-numpy ccache ninja-build"
 
 missing=""
 command -v mpicxx >/dev/null 2>&1 || missing="yes"
@@ -12,6 +12,7 @@ command -v mpiexec >/dev/null 2>&1 || missing="yes"
 [ -d /usr/include/eigen3 ] || missing="yes"
 [ -e /usr/lib/x86_64-linux-gnu/libopenblas.so ] || [ -e /usr/lib/aarch64-linux-gnu/libopenblas.so ] || missing="yes"
 [ -f /usr/include/fftw3.h ] || missing="yes"  # dax::fft's tests
+[ -e /usr/lib/x86_64-linux-gnu/libscalapack-openmpi.so ] || [ -e /usr/lib/aarch64-linux-gnu/libscalapack-openmpi.so ] || missing="yes"  # dax::linalg's
 /usr/bin/python3 -c "import numpy" >/dev/null 2>&1 || missing="yes"  # the checkpoint test reads files with NumPy
 # clang and its libFuzzer runtime, for scripts/fuzz.sh.
 command -v clang++ >/dev/null 2>&1 || missing="yes"

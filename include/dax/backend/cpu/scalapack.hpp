@@ -1,0 +1,48 @@
+// ScaLAPACK and BLACS, as the CPU backend calls them (Debian's libscalapack-openmpi: BLACS is
+// inside it). Declared here rather than taken from a header: Debian ships none for ScaLAPACK.
+// The program links it (CMake: dax::linalg; by hand: -lscalapack-openmpi).
+#pragma once
+
+#include <dax/core/mpi.hpp>
+
+extern "C" {
+int Csys2blacs_handle(MPI_Comm comm);
+void Cfree_blacs_system_handle(int handle);
+void Cblacs_gridinit(int* context, const char* order, int rows, int cols);
+void Cblacs_gridinfo(int context, int* rows, int* cols, int* row, int* col);
+void Cblacs_gridexit(int context);
+void descinit_(int* desc, const int* m, const int* n, const int* mb, const int* nb, const int* irsrc,
+               const int* icsrc, const int* context, const int* lld, int* info);
+void pdpotrf_(const char* uplo, const int* n, double* a, const int* ia, const int* ja, const int* desca, int* info);
+void pspotrf_(const char* uplo, const int* n, float* a, const int* ia, const int* ja, const int* desca, int* info);
+void pdgesv_(const int* n, const int* nrhs, double* a, const int* ia, const int* ja, const int* desca, int* ipiv,
+             double* b, const int* ib, const int* jb, const int* descb, int* info);
+void psgesv_(const int* n, const int* nrhs, float* a, const int* ia, const int* ja, const int* desca, int* ipiv,
+             float* b, const int* ib, const int* jb, const int* descb, int* info);
+void pdtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
+             const double* alpha, const double* a, const int* ia, const int* ja, const int* desca, double* b,
+             const int* ib, const int* jb, const int* descb);
+void pstrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
+             const float* alpha, const float* a, const int* ia, const int* ja, const int* desca, float* b,
+             const int* ib, const int* jb, const int* descb);
+}
+
+namespace dax::detail::cpu {
+
+/// The precision-generic entry points dax uses.
+template <class R>
+struct Scalapack;
+template <>
+struct Scalapack<double> {
+  static constexpr auto potrf = pdpotrf_;
+  static constexpr auto gesv = pdgesv_;
+  static constexpr auto trsm = pdtrsm_;
+};
+template <>
+struct Scalapack<float> {
+  static constexpr auto potrf = pspotrf_;
+  static constexpr auto gesv = psgesv_;
+  static constexpr auto trsm = pstrsm_;
+};
+
+}  // namespace dax::detail::cpu

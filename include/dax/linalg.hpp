@@ -1,0 +1,7 @@
+// dax's dense linear algebra on sharded matrices (numpy.linalg's names): cholesky, solve,
+// triangular_solve; docs/numerics.md. Include it beside dax.hpp; the program links ScaLAPACK
+// (CMake: dax::linalg; by hand: -lscalapack-openmpi).
+#pragma once
+
+#include <dax/array.hpp>
+#include <dax/linalg/linalg.hpp>

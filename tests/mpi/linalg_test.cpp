@@ -1,0 +1,175 @@
+// dax::linalg (ScaLAPACK) on random shardings, uneven sizes and meshes of 1-8 devices at every rank
+// count: cholesky, solve and triangular_solve against the same computation on the gathered matrix
+// in plain loops, in double and float; the errors (not positive definite, singular, wrong shapes)
+// alike on every rank.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include <dax/linalg.hpp>
+
+#include "helpers.hpp"
+
+using dax::Mesh;
+using dax::NamedSharding;
+using dax::P;
+using dax::Shape;
+using dax::test::host;
+using dax::test::Pick;
+using dax::test::random_mesh;
+using dax::test::random_sharding;
+
+namespace {
+
+/// A random n x k matrix with entries in [-1, 1), row-major, in double.
+std::vector<double> random_matrix(int64_t n, int64_t k, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(static_cast<size_t>(n * k));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+/// m m^T + n I: symmetric positive definite, well conditioned.
+std::vector<double> spd(int64_t n, unsigned seed) {
+  const auto m = random_matrix(n, n, seed);
+  std::vector<double> a(n * n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = i == j ? double(n) : 0;
+      for (int64_t l = 0; l < n; ++l) s += m[i * n + l] * m[j * n + l];
+      a[i * n + j] = s;
+    }
+  return a;
+}
+
+/// Cholesky-Banachiewicz on the host.
+std::vector<double> host_cholesky(const std::vector<double>& a, int64_t n) {
+  std::vector<double> l(n * n, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = a[i * n + j];
+      for (int64_t k = 0; k < j; ++k) s -= l[i * n + k] * l[j * n + k];
+      l[i * n + j] = i == j ? std::sqrt(s) : s / l[j * n + j];
+    }
+  return l;
+}
+
+/// a x = b by Gaussian elimination with partial pivoting on the host (b is n x k).
+std::vector<double> host_solve(std::vector<double> a, std::vector<double> b, int64_t n, int64_t k) {
+  for (int64_t c = 0; c < n; ++c) {
+    int64_t p = c;
+    for (int64_t r = c + 1; r < n; ++r)
+      if (std::abs(a[r * n + c]) > std::abs(a[p * n + c])) p = r;
+    for (int64_t j = 0; j < n; ++j) std::swap(a[c * n + j], a[p * n + j]);
+    for (int64_t j = 0; j < k; ++j) std::swap(b[c * k + j], b[p * k + j]);
+    for (int64_t r = c + 1; r < n; ++r) {
+      const double f = a[r * n + c] / a[c * n + c];
+      for (int64_t j = c; j < n; ++j) a[r * n + j] -= f * a[c * n + j];
+      for (int64_t j = 0; j < k; ++j) b[r * k + j] -= f * b[c * k + j];
+    }
+  }
+  for (int64_t c = n - 1; c >= 0; --c)
+    for (int64_t j = 0; j < k; ++j) {
+      double s = b[c * k + j];
+      for (int64_t l = c + 1; l < n; ++l) s -= a[c * n + l] * b[l * k + j];
+      b[c * k + j] = s / a[c * n + c];
+    }
+  return b;
+}
+
+template <class T>
+std::vector<T> narrow(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+/// The largest |got - want| relative to the largest |want| (0 on a rank outside the mesh).
+template <class T>
+double relative_error(const std::vector<T>& got, const std::vector<double>& want) {
+  if (got.empty()) return 0;
+  REQUIRE(got.size() == want.size());
+  double e = 0, s = 1e-300;
+  for (size_t i = 0; i < got.size(); ++i) {
+    e = std::max(e, std::abs(double(got[i]) - want[i]));
+    s = std::max(s, std::abs(want[i]));
+  }
+  return e / s;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cholesky equals the host's factor on any sharding, zeros above the diagonal", "[linalg]", float,
+                   double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  Pick pick(31);
+  for (int trial = 0; trial < 10; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 1 + int64_t(pick(40));
+    const auto a = spd(n, 40 + trial);
+    const NamedSharding s = random_sharding(pick, mesh, 2), out = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " " << dax::to_string(s) << " -> " << dax::to_string(out));
+    const auto x = dax::device_put(narrow<T>(a), {n, n}, s);
+    const auto l = dax::linalg::cholesky(x);
+    CHECK(l.sharding() == s);
+    const auto got = host(l);
+    CHECK(relative_error(got, host_cholesky(a, n)) <= tol * double(n));
+    for (int64_t i = 0; i < n && !got.empty(); ++i)
+      for (int64_t j = i + 1; j < n; ++j) CHECK(got[i * n + j] == T(0));
+    CHECK(dax::linalg::cholesky(x, out).sharding() == out);
+  }
+}
+
+TEMPLATE_TEST_CASE("solve and triangular_solve equal elimination on the host", "[linalg]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+  Pick pick(32);
+  for (int trial = 0; trial < 10; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 1 + int64_t(pick(40)), k = 1 + int64_t(pick(5));
+    auto a = random_matrix(n, n, 60 + trial);
+    for (int64_t i = 0; i < n; ++i) a[i * n + i] += 2.0;  // away from singular
+    const auto b = random_matrix(n, k, 70 + trial);
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sb = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " k " << k << " " << dax::to_string(sa) << " " << dax::to_string(sb));
+    const auto da = dax::device_put(narrow<T>(a), {n, n}, sa);
+    const auto db = dax::device_put(narrow<T>(b), {n, k}, sb);
+    const auto x = dax::linalg::solve(da, db);
+    CHECK(x.sharding() == sb);
+    CHECK(relative_error(host(x), host_solve(a, b, n, k)) <= tol * double(n));
+    // A vector right-hand side keeps its rank.
+    std::vector<double> b1_col(n);
+    for (int64_t i = 0; i < n; ++i) b1_col[i] = b[i * k];
+    const auto v = dax::linalg::solve(da, dax::device_put(narrow<T>(b1_col), {n}, random_sharding(pick, mesh, 1)));
+    CHECK(v.shape() == Shape{n});
+    CHECK(relative_error(host(v), host_solve(a, b1_col, n, 1)) <= tol * double(n));
+    // Triangular: the lower (upper) triangle alone, the other ignored.
+    for (bool lower : {true, false}) {
+      std::vector<double> t(n * n, 0.0);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          if (lower ? j <= i : j >= i) t[i * n + j] = a[i * n + j];
+      const auto y = dax::linalg::triangular_solve(da, db, lower);
+      CHECK(relative_error(host(y), host_solve(t, b, n, k)) <= tol * double(n));
+    }
+  }
+}
+
+TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
+  const int world = dax::test::world_size();
+  const Mesh mesh(Shape{world}, {"x"});
+  const NamedSharding rows(mesh, P("x"));
+  const int64_t n = 6;
+  std::vector<double> not_spd(n * n, 0.0);
+  for (int64_t i = 0; i < n; ++i) not_spd[i * n + i] = i == 3 ? -1.0 : 2.0;
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::cholesky(dax::device_put(not_spd, {n, n}, rows)); }) ==
+        "cholesky: the matrix is not positive definite (its leading minor of order 4 is not positive)");
+  const auto zeros = dax::zeros<double>({n, n}, rows);
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::solve(zeros, dax::ones<double>({n}, rows)); }) ==
+        "solve: the matrix is singular (U(1, 1) of its LU factorization is zero)");
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::cholesky(dax::zeros<double>({4, 5}, rows)); }) ==
+        "cholesky: expected a square matrix, got shape (4, 5)");
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::solve(zeros, dax::ones<double>({5}, rows)); }) ==
+        "solve: a is (6, 6) but b has 5 rows (expected 6)");
+}
