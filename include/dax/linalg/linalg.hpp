@@ -22,14 +22,29 @@
 
 namespace dax::detail {
 
-/// A BLACS grid over every device of a mesh, made once per mesh (rows x cols, "Row" order: group
-/// rank r is grid process (r / cols, r % cols)).
+/// How a matrix is dealt over a BLACS grid, seen from the matrix: `prows` grid rows take its block
+/// rows, `pcols` grid columns its block columns; this rank is at (myrow, mycol); group rank of the
+/// process at (r, c).
+struct CyclicView {
+  int prows = 1, pcols = 1, myrow = 0, mycol = 0;
+  bool row_order = true;  // group rank r * pcols + c ("Row" grid), else c * prows + r ("Col" grid)
+  int rank_of(int r, int c) const { return row_order ? r * pcols + c : c * prows + r; }
+};
+
+/// Two BLACS grids over every device of a mesh, made once per mesh: `normal` (rows x cols, "Row"
+/// order: group rank g at (g / cols, g % cols)) and `transposed` (cols x rows, "Col" order: the same
+/// process at (g % cols, g / cols)). dax keeps its pieces row-major, ScaLAPACK reads column-major:
+/// a row-major piece of A dealt over `normal` is, unchanged, the column-major piece of A^T dealt over
+/// `transposed`, so dax factors A^T there (the same as A for Cholesky; a transposed solve for LU)
+/// and the deal copies rows, not columns.
 struct BlacsGrid {
   ProcessGrid shape;
-  int context = -1, row = 0, col = 0;
+  int context = -1, context_t = -1, row = 0, col = 0;
   Communicator* group = nullptr;
   std::vector<int> axes;
   std::string axes_text;  // "('x', 'y')": the group, as comm_stats names it
+  CyclicView normal() const { return {shape.rows, shape.cols, row, col, true}; }
+  CyclicView transposed() const { return {shape.cols, shape.rows, col, row, false}; }
 };
 
 inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
@@ -52,6 +67,8 @@ inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
     made->shape = process_grid(made->group->size());
     made->context = Csys2blacs_handle(mpi->native());
     Cblacs_gridinit(&made->context, "Row", made->shape.rows, made->shape.cols);
+    made->context_t = Csys2blacs_handle(mpi->native());
+    Cblacs_gridinit(&made->context_t, "Col", made->shape.cols, made->shape.rows);
     int rows = 0, cols = 0;
     Cblacs_gridinfo(made->context, &rows, &cols, &made->row, &made->col);
     g = std::move(made);
@@ -59,85 +76,116 @@ inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
   return *g;
 }
 
-/// This rank's block-cyclic piece of an (m, n) matrix: column-major, `ld` rows.
+/// This rank's block-cyclic piece of an (m, n) matrix dealt as `view` says: row-major (`ld`
+/// columns) or column-major (`ld` rows), and the ScaLAPACK descriptor that reads it.
 template <class T>
 struct CyclicPiece {
-  std::vector<T> data;
+  std::shared_ptr<Buffer> storage;  // from the caching allocator
+  CyclicView view;
+  bool row_major = true;
   int64_t m = 0, n = 0, nb = 1, rows = 0, cols = 0, ld = 1;
   int desc[9] = {};
+  /// Global row (column) of local row r (column c).
+  int64_t global_row(int64_t r) const { return (r / nb * view.prows + view.myrow) * nb + r % nb; }
+  int64_t global_col(int64_t c) const { return (c / nb * view.pcols + view.mycol) * nb + c % nb; }
+  T& at(int64_t r, int64_t c) { return row_major ? data()[r * ld + c] : data()[r + c * ld]; }
+  T* data() { return static_cast<T*>(storage->data()); }
 };
 
-/// The global columns each grid column holds, in local order.
-inline std::vector<std::vector<int64_t>> columns_by_owner(int64_t n, int64_t nb, int p) {
-  std::vector<std::vector<int64_t>> out(p);
-  for (int64_t j = 0; j < n; ++j) out[block_owner(j, nb, p)].push_back(j);
-  return out;
-}
-
-/// Between rows split over the grid's devices (group rank g holds row chunk g) and the block-cyclic
-/// layout: one all-to-all either way. `to_cyclic` deals `rows_data` (this rank's rows, row-major)
-/// into `piece`; otherwise gathers `piece` back into `rows_data`.
+/// Between rows split over the group's devices (group rank g holds row chunk g, row-major) and the
+/// block-cyclic piece: one all-to-all either way. `to_cyclic` deals `rows_data` into `piece`;
+/// otherwise gathers `piece` back into `rows_data`.
 template <class T>
-void cyclic_exchange(const BlacsGrid& grid, const Shape& shape, std::vector<T>& rows_data, CyclicPiece<T>& piece,
-                     bool to_cyclic, const char* op) {
-  const int64_t m = shape[0], n = shape[1], nb = piece.nb;
-  const int P = grid.shape.rows, Q = grid.shape.cols, size = P * Q, me = grid.group->size() > 0 ? grid.group->rank() : 0;
-  const auto cols = columns_by_owner(n, nb, Q);
+void cyclic_exchange(const BlacsGrid& grid, T* rows_data, CyclicPiece<T>& piece, bool to_cyclic) {
+  const int64_t m = piece.m, n = piece.n, nb = piece.nb;
+  const CyclicView& v = piece.view;
+  const int size = grid.group->size(), me = grid.group->rank();
+  std::vector<int64_t> cols(v.pcols);  // how many columns each grid column holds
+  for (int q = 0; q < v.pcols; ++q) cols[q] = block_count(n, nb, q, v.pcols);
   const auto row_range = [&](int g) { return chunk_piece(m, size, g); };
   const Slice mine = row_range(me);
-  // Rows of mine for each destination grid row, and of each source's chunk for my grid row.
+  // Group rank -> grid coordinates.
+  std::vector<int> row_of(size), col_of(size);
+  for (int r = 0; r < v.prows; ++r)
+    for (int c = 0; c < v.pcols; ++c) {
+      row_of[v.rank_of(r, c)] = r;
+      col_of[v.rank_of(r, c)] = c;
+    }
   std::vector<int64_t> send_counts(size), send_displs(size), recv_counts(size), recv_displs(size);
   for (int d = 0; d < size; ++d) {
     int64_t rows_to = 0, rows_from = 0;
-    for (int64_t i = mine.start; i < mine.stop; ++i) rows_to += block_owner(i, nb, P) == d / Q;
+    for (int64_t i = mine.start; i < mine.stop; ++i) rows_to += block_owner(i, nb, v.prows) == row_of[d];
     const Slice theirs = row_range(d);
-    for (int64_t i = theirs.start; i < theirs.stop; ++i) rows_from += block_owner(i, nb, P) == grid.row;
-    send_counts[d] = rows_to * int64_t(cols[d % Q].size());
-    recv_counts[d] = rows_from * int64_t(cols[grid.col].size());
+    for (int64_t i = theirs.start; i < theirs.stop; ++i) rows_from += block_owner(i, nb, v.prows) == v.myrow;
+    send_counts[d] = rows_to * cols[col_of[d]];
+    recv_counts[d] = rows_from * cols[v.mycol];
   }
   if (!to_cyclic) std::swap(send_counts, recv_counts);
   for (int d = 1; d < size; ++d) {
     send_displs[d] = send_displs[d - 1] + send_counts[d - 1];
     recv_displs[d] = recv_displs[d - 1] + recv_counts[d - 1];
   }
-  // The row-chunk side's buffer, in (destination, row, column) order, and the cyclic side's, in
+  // The row-chunk side's buffer in (destination, row, column) order and the cyclic side's in
   // (source, row, column) order: the same order seen from both ends.
-  std::vector<T> rows_side(mine.size() * n), cyclic_side(std::max<int64_t>(piece.rows * piece.cols, 0));
-  std::vector<int64_t> at(size);
-  const auto walk_rows = [&](auto&& visit) {  // element (i, j) of my rows and its place in rows_side
+  // Staging from dax's caching allocator: pooled, so a repeated solve neither zero-fills nor
+  // page-faults 2 x 16 MB per 2048^2 matrix (std::vector did both: a third of the deal's time).
+  const auto rows_buffer = dev::allocate(std::max<int64_t>(mine.size() * n, 1) * sizeof(T));
+  const auto cyclic_buffer = dev::allocate(std::max<int64_t>(piece.rows * piece.cols, 1) * sizeof(T));
+  T* const rows_side = static_cast<T*>(rows_buffer->data());
+  T* const cyclic_side = static_cast<T*>(cyclic_buffer->data());
+  // Runs of up to nb consecutive elements move together (a block's width of a row).
+  const auto walk_rows = [&](auto&& move) {  // (place in rows_data, place in rows_side, run length)
+    std::vector<int64_t> at(size);
     for (int d = 0; d < size; ++d) at[d] = (to_cyclic ? send_displs : recv_displs)[d];
     for (int64_t i = mine.start; i < mine.stop; ++i) {
-      const int prow = block_owner(i, nb, P);
-      for (int q = 0; q < Q; ++q)
-        for (int64_t j : cols[q]) visit((i - mine.start) * n + j, at[prow * Q + q]++);
+      const int prow = block_owner(i, nb, v.prows);
+      for (int q = 0; q < v.pcols; ++q) {
+        int64_t& k = at[v.rank_of(prow, q)];
+        for (int64_t j = int64_t(q) * nb; j < n; j += nb * v.pcols) {
+          const int64_t len = std::min(nb, n - j);
+          move((i - mine.start) * n + j, k, len);
+          k += len;
+        }
+      }
     }
   };
-  const auto walk_cyclic = [&](auto&& visit) {  // element of my block-cyclic piece and its place in cyclic_side
+  const auto walk_cyclic = [&](auto&& move) {  // (local row, place in cyclic_side): a whole local row
     for (int s = 0; s < size; ++s) {
       int64_t k = (to_cyclic ? recv_displs : send_displs)[s];
       const Slice theirs = row_range(s);
       for (int64_t i = theirs.start; i < theirs.stop; ++i) {
-        if (block_owner(i, nb, P) != grid.row) continue;
-        const int64_t li = block_local(i, nb, P);
-        for (size_t c = 0; c < cols[grid.col].size(); ++c) visit(li + int64_t(c) * piece.ld, k++);
+        if (block_owner(i, nb, v.prows) != v.myrow) continue;
+        move(block_local(i, nb, v.prows), k);
+        k += piece.cols;
       }
     }
   };
-  if (to_cyclic) walk_rows([&](int64_t src, int64_t dst) { rows_side[dst] = rows_data[src]; });
-  else walk_cyclic([&](int64_t src, int64_t dst) { cyclic_side[dst] = piece.data[src]; });
+  const auto row_to_piece = [&](int64_t r, const T* from) {
+    if (piece.row_major) std::copy(from, from + piece.cols, piece.data() + r * piece.ld);
+    else
+      for (int64_t c = 0; c < piece.cols; ++c) piece.data()[r + c * piece.ld] = from[c];
+  };
+  const auto row_from_piece = [&](int64_t r, T* to) {
+    if (piece.row_major) std::copy(piece.data() + r * piece.ld, piece.data() + r * piece.ld + piece.cols, to);
+    else
+      for (int64_t c = 0; c < piece.cols; ++c) to[c] = piece.data()[r + c * piece.ld];
+  };
+  if (to_cyclic)
+    walk_rows([&](int64_t src, int64_t dst, int64_t len) { std::copy(rows_data + src, rows_data + src + len, &rows_side[dst]); });
+  else walk_cyclic([&](int64_t r, int64_t dst) { row_from_piece(r, cyclic_side + dst); });
   const int64_t started = collective_start();
   if (to_cyclic)
-    grid.group->all_to_allv(rows_side.data(), send_counts, send_displs, cyclic_side.data(), recv_counts, recv_displs,
+    grid.group->all_to_allv(rows_side, send_counts, send_displs, cyclic_side, recv_counts, recv_displs,
                             dtype_v<T>);
   else
-    grid.group->all_to_allv(cyclic_side.data(), send_counts, send_displs, rows_side.data(), recv_counts, recv_displs,
+    grid.group->all_to_allv(cyclic_side, send_counts, send_displs, rows_side, recv_counts, recv_displs,
                             dtype_v<T>);
   int64_t received = 0;
   for (int d = 0; d < size; ++d) received += d == me ? 0 : recv_counts[d];
-  (void)op;
   count_collective("all_to_all", grid.axes_text, received * int64_t(sizeof(T)), started, size);
-  if (to_cyclic) walk_cyclic([&](int64_t dst, int64_t src) { piece.data[dst] = cyclic_side[src]; });
-  else walk_rows([&](int64_t dst, int64_t src) { rows_data[dst] = rows_side[src]; });
+  if (to_cyclic) walk_cyclic([&](int64_t r, int64_t src) { row_to_piece(r, cyclic_side + src); });
+  else
+    walk_rows([&](int64_t dst, int64_t src, int64_t len) { std::copy(&rows_side[src], &rows_side[src] + len, rows_data + dst); });
 }
 
 /// The rows-over-every-device layout of a matrix on `mesh`.
@@ -146,37 +194,40 @@ inline NamedSharding rows_over_mesh(const Mesh& mesh) {
   return NamedSharding(mesh, P(axes(names), none));
 }
 
-/// `x` (m, n) dealt into the block-cyclic layout of `grid` with nb x nb blocks.
+/// `x` (m, n) dealt as `view` says with nb x nb blocks, stored row-major (read by ScaLAPACK as the
+/// column-major A^T: `transposed` grid) or column-major (as A: `context`), for the grid `context`.
 template <class T>
-CyclicPiece<T> to_cyclic(const DistArray<T>& x, const BlacsGrid& grid, int64_t nb, const char* op) {
+CyclicPiece<T> to_cyclic(const DistArray<T>& x, const BlacsGrid& grid, const CyclicView& view, bool row_major,
+                         int context, int64_t nb, const char* op) {
   CyclicPiece<T> piece;
+  piece.view = view;
+  piece.row_major = row_major;
   piece.m = x.shape()[0];
   piece.n = x.shape()[1];
   piece.nb = nb;
-  piece.rows = block_count(piece.m, nb, grid.row, grid.shape.rows);
-  piece.cols = block_count(piece.n, nb, grid.col, grid.shape.cols);
-  piece.ld = std::max<int64_t>(1, piece.rows);
-  piece.data.assign(piece.ld * std::max<int64_t>(piece.cols, 1), T(0));
+  piece.rows = block_count(piece.m, nb, view.myrow, view.prows);
+  piece.cols = block_count(piece.n, nb, view.mycol, view.pcols);
+  piece.ld = std::max<int64_t>(1, row_major ? piece.cols : piece.rows);
+  piece.storage = dev::allocate(std::max<int64_t>(piece.rows * piece.cols, 1) * sizeof(T));  // every element dealt
   const DistArray<T> rows = reshard(x, rows_over_mesh(x.sharding().mesh()));
-  std::vector<T> local = rows.local_to_host();
-  cyclic_exchange(grid, x.shape(), local, piece, true, op);
-  const int m = int(piece.m), n = int(piece.n), b = int(nb), zero = 0, ld = int(piece.ld);
+  cyclic_exchange(grid, const_cast<T*>(rows.local_data().data()), piece, true);
+  // Row-major storage is the column-major A^T: ScaLAPACK's (M, N) are A's (n, m).
+  const int m = int(row_major ? piece.n : piece.m), n = int(row_major ? piece.m : piece.n), b = int(nb), zero = 0;
+  const int ld = int(piece.ld);
   int info = 0;
-  descinit_(piece.desc, &m, &n, &b, &b, &zero, &zero, &grid.context, &ld, &info);
+  descinit_(piece.desc, &m, &n, &b, &b, &zero, &zero, &context, &ld, &info);
   DAX_CHECK(info == 0, op, ": ScaLAPACK's descinit refused a ", m, " x ", n, " matrix (info ", info, ")");
   return piece;
 }
 
 /// The block-cyclic `piece` back as a DistArray under `out`.
 template <class T>
-DistArray<T> from_cyclic(CyclicPiece<T>& piece, const BlacsGrid& grid, const Mesh& mesh, const NamedSharding& out,
-                         const char* op) {
+DistArray<T> from_cyclic(CyclicPiece<T>& piece, const BlacsGrid& grid, const Mesh& mesh, const NamedSharding& out) {
   const Shape shape{piece.m, piece.n};
-  const NamedSharding rows = rows_over_mesh(mesh);
-  const Slice mine = chunk_piece(piece.m, grid.group->size(), grid.group->rank());
-  std::vector<T> local(mine.size() * piece.n);
-  cyclic_exchange(grid, shape, local, piece, false, op);
-  return reshard(from_local(local, shape, rows), out);
+  const DistArray<T> rows = make_local<T>(shape, rows_over_mesh(mesh), [&](T* data, const Box&) {
+    cyclic_exchange(grid, data, piece, false);
+  });
+  return reshard(rows, out);
 }
 
 /// The info every rank agrees on (ScaLAPACK's is global already; the largest, to be sure).
@@ -208,23 +259,21 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
   if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(a.shape(), target, nullptr);
   if (a.shape()[0] == 0) return reshard(a, target);
   const auto& grid = detail::blacs_grid(mesh);
-  auto piece = detail::to_cyclic(a, grid, detail::block_size(a.shape()[0], grid.shape), "cholesky");
+  // A's row-major pieces over the normal grid are A^T's column-major ones over the transposed grid
+  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L).
+  auto piece = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t,
+                                 detail::block_size(a.shape()[0], grid.shape), "cholesky");
   const int n = int(piece.m), one = 1;
   int info = 0;
-  // ScaLAPACK stores column-major: its 'L' is the lower triangle in the global (row, column) sense.
-  detail::cpu::Scalapack<T>::potrf("L", &n, piece.data.data(), &one, &one, piece.desc, &info);
+  detail::cpu::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info <= 0, "cholesky: the matrix is not positive definite (its leading minor of order ", info,
             " is not positive)");
   DAX_CHECK(info == 0, "cholesky: ScaLAPACK's p?potrf refused argument ", -info);
-  for (int64_t c = 0; c < piece.cols; ++c) {  // zeros above the diagonal, as NumPy returns
-    const int64_t j = (c / piece.nb * grid.shape.cols + grid.col) * piece.nb + c % piece.nb;
-    for (int64_t r = 0; r < piece.rows; ++r) {
-      const int64_t i = (r / piece.nb * grid.shape.rows + grid.row) * piece.nb + r % piece.nb;
-      if (j > i) piece.data[r + c * piece.ld] = T(0);
-    }
-  }
-  return detail::from_cyclic(piece, grid, mesh, target, "cholesky");
+  for (int64_t r = 0; r < piece.rows; ++r)  // zeros above the diagonal, as NumPy returns
+    for (int64_t c = 0; c < piece.cols; ++c)
+      if (piece.global_col(c) > piece.global_row(r)) piece.at(r, c) = T(0);
+  return detail::from_cyclic(piece, grid, mesh, target);
 }
 
 /// x with a x = b (numpy.linalg.solve) by LU with partial pivoting; b is (n, k) or (n,). In `out`
@@ -247,18 +296,22 @@ DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::opti
   if (a.shape()[0] == 0 || bm.shape()[1] == 0) return reshard(b, target);
   const auto& grid = detail::blacs_grid(mesh);
   const int64_t nb = detail::block_size(a.shape()[0], grid.shape);
-  auto pa = detail::to_cyclic(a, grid, nb, "solve");
-  auto pb = detail::to_cyclic(bm, grid, nb, "solve");
+  // A^T (A's row-major pieces) factored over the transposed grid, then A x = b as (A^T)^T x = b;
+  // b column-major over the same grid.
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "solve");
+  auto pb = detail::to_cyclic(bm, grid, grid.transposed(), false, grid.context_t, nb, "solve");
   const int n = int(pa.m), k = int(pb.n), one = 1;
-  std::vector<int> pivots(pa.rows + nb);
+  std::vector<int> pivots(pa.cols + nb);  // A^T's local rows are A's local columns
   int info = 0;
-  detail::cpu::Scalapack<T>::gesv(&n, &k, pa.data.data(), &one, &one, pa.desc, pivots.data(), pb.data.data(), &one,
-                                  &one, pb.desc, &info);
+  detail::cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info <= 0, "solve: the matrix is singular (U(", info, ", ", info, ") of its LU factorization is zero)");
-  DAX_CHECK(info == 0, "solve: ScaLAPACK's p?gesv refused argument ", -info);
+  DAX_CHECK(info == 0, "solve: ScaLAPACK's p?getrf refused argument ", -info);
+  detail::cpu::Scalapack<T>::getrs("T", &n, &k, pa.data(), &one, &one, pa.desc, pivots.data(), pb.data(),
+                                   &one, &one, pb.desc, &info);
+  DAX_CHECK(info == 0, "solve: ScaLAPACK's p?getrs refused argument ", -info);
   const NamedSharding mat_target = vector ? detail::rows_over_mesh(mesh) : target;
-  DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target, "solve");
+  DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target);
   return vector ? reshard(reshape(x, {x.shape()[0]}), target) : x;
 }
 
@@ -282,14 +335,15 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
   if (a.shape()[0] == 0 || bm.shape()[1] == 0) return reshard(b, target);
   const auto& grid = detail::blacs_grid(mesh);
   const int64_t nb = detail::block_size(a.shape()[0], grid.shape);
-  auto pa = detail::to_cyclic(a, grid, nb, "triangular_solve");
-  auto pb = detail::to_cyclic(bm, grid, nb, "triangular_solve");
+  // A^T over the transposed grid (its triangle flipped), solved transposed.
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "triangular_solve");
+  auto pb = detail::to_cyclic(bm, grid, grid.transposed(), false, grid.context_t, nb, "triangular_solve");
   const int n = int(pa.m), k = int(pb.n), one = 1;
   const T alpha = 1;
-  detail::cpu::Scalapack<T>::trsm("L", lower ? "L" : "U", "N", "N", &n, &k, &alpha, pa.data.data(), &one, &one,
-                                  pa.desc, pb.data.data(), &one, &one, pb.desc);
+  detail::cpu::Scalapack<T>::trsm("L", lower ? "U" : "L", "T", "N", &n, &k, &alpha, pa.data(), &one, &one,
+                                  pa.desc, pb.data(), &one, &one, pb.desc);
   const NamedSharding mat_target = vector ? detail::rows_over_mesh(mesh) : target;
-  DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target, "triangular_solve");
+  DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target);
   return vector ? reshard(reshape(x, {x.shape()[0]}), target) : x;
 }
 

@@ -19,6 +19,14 @@ void pdgesv_(const int* n, const int* nrhs, double* a, const int* ia, const int*
              double* b, const int* ib, const int* jb, const int* descb, int* info);
 void psgesv_(const int* n, const int* nrhs, float* a, const int* ia, const int* ja, const int* desca, int* ipiv,
              float* b, const int* ib, const int* jb, const int* descb, int* info);
+void pdgetrf_(const int* m, const int* n, double* a, const int* ia, const int* ja, const int* desca, int* ipiv,
+              int* info);
+void psgetrf_(const int* m, const int* n, float* a, const int* ia, const int* ja, const int* desca, int* ipiv,
+              int* info);
+void pdgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* ia, const int* ja,
+              const int* desca, const int* ipiv, double* b, const int* ib, const int* jb, const int* descb, int* info);
+void psgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* ia, const int* ja,
+              const int* desca, const int* ipiv, float* b, const int* ib, const int* jb, const int* descb, int* info);
 void pdtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
              const double* alpha, const double* a, const int* ia, const int* ja, const int* desca, double* b,
              const int* ib, const int* jb, const int* descb);
@@ -36,12 +44,16 @@ template <>
 struct Scalapack<double> {
   static constexpr auto potrf = pdpotrf_;
   static constexpr auto gesv = pdgesv_;
+  static constexpr auto getrf = pdgetrf_;
+  static constexpr auto getrs = pdgetrs_;
   static constexpr auto trsm = pdtrsm_;
 };
 template <>
 struct Scalapack<float> {
   static constexpr auto potrf = pspotrf_;
   static constexpr auto gesv = psgesv_;
+  static constexpr auto getrf = psgetrf_;
+  static constexpr auto getrs = psgetrs_;
   static constexpr auto trsm = pstrsm_;
 };
 
