@@ -9,6 +9,7 @@
 
 #include <dax/linalg.hpp>
 
+#include "gradient_check.hpp"
 #include "helpers.hpp"
 
 using dax::Mesh;
@@ -153,6 +154,35 @@ TEMPLATE_TEST_CASE("solve and triangular_solve equal elimination on the host", "
       const auto y = dax::linalg::triangular_solve(da, db, lower);
       CHECK(relative_error(host(y), host_solve(t, b, n, k)) <= tol * double(n));
     }
+  }
+}
+
+TEST_CASE("gradients of cholesky, solve and triangular_solve equal central differences", "[linalg][autodiff]") {
+  Pick pick(33);
+  std::mt19937 rng(34);
+  for (int trial = 0; trial < 4; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 2 + int64_t(pick(9)), k = 1 + int64_t(pick(3));
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sb = random_sharding(pick, mesh, 2);
+    const NamedSharding sc = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " k " << k << " " << dax::to_string(sa) << " " << dax::to_string(sb));
+    auto a = random_matrix(n, n, 80 + trial);
+    for (int64_t i = 0; i < n; ++i) a[i * n + i] += 3.0;
+    const auto weights_nn = dax::device_put(random_matrix(n, n, 90 + trial), {n, n}, sc);
+    const auto weights_nk = dax::device_put(random_matrix(n, k, 95 + trial), {n, k}, sc);
+    // Cholesky reads a's lower triangle: the differences move the upper one too, which must not count.
+    dax::test::check_against_differences(
+        [&](const dax::test::Params& p) { return dax::sum(dax::linalg::cholesky(p[0]) * weights_nn); }, {spd(n, 85 + trial)},
+        {{n, n}}, {sa}, rng);
+    dax::test::check_against_differences(
+        [&](const dax::test::Params& p) { return dax::sum(dax::linalg::solve(p[0], p[1]) * weights_nk); },
+        {a, random_matrix(n, k, 99 + trial)}, {{n, n}, {n, k}}, {sa, sb}, rng);
+    for (bool lower : {true, false})
+      dax::test::check_against_differences(
+          [&](const dax::test::Params& p) {
+            return dax::sum(dax::linalg::triangular_solve(p[0], p[1], lower) * weights_nk);
+          },
+          {a, random_matrix(n, k, 77 + trial)}, {{n, n}, {n, k}}, {sa, sb}, rng);
   }
 }
 

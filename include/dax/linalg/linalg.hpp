@@ -15,6 +15,11 @@
 #include <dax/array/creation.hpp>
 #include <dax/array/profile_hook.hpp>
 #include <dax/array/reshard.hpp>
+#include <dax/array/trace.hpp>
+#include <dax/array/transpose.hpp>
+#include <dax/ops/elementwise.hpp>
+#include <dax/ops/matmul.hpp>
+#include <dax/ops/reshape.hpp>
 #include <dax/backend/cpu/scalapack.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/comm/mpi_communicator.hpp>
@@ -243,38 +248,28 @@ void check_square(const DistArray<T>& a, const char* op) {
             to_string(a.shape()));
 }
 
+/// An (n, n) array under `s` holding `diagonal` on the diagonal, `below` under it and 0 above:
+/// the masks of the pullbacks (tril(x) = x * mask(1, 1); Murray's Phi(x) = x * mask(1, 0.5)).
+template <class T>
+DistArray<T> triangle_mask(int64_t n, const NamedSharding& s, T below, T diagonal, bool lower = true) {
+  return make_array_from_callback<T>({n, n}, with_unreduced_axes(s, 2, {}), [&](const Box& box) {
+    std::vector<T> v;
+    v.reserve(static_cast<size_t>(numel(box)));
+    for (int64_t i = box[0].start; i < box[0].stop; ++i)
+      for (int64_t j = box[1].start; j < box[1].stop; ++j) v.push_back(i == j ? diagonal : ((lower ? j < i : j > i) ? below : T(0)));
+    return v;
+  });
+}
+
+/// A rank-1 right-hand side as an (n, 1) matrix; a matrix as it is.
+template <class T>
+DistArray<T> as_matrix(const DistArray<T>& b) {
+  return b.ndim() == 1 ? reshape(b, {b.shape()[0], 1}) : b;
+}
+
 }  // namespace dax::detail
 
 namespace dax::linalg {
-
-/// The lower-triangular L with a = L L^T (numpy.linalg.cholesky; zeros above the diagonal), for a
-/// symmetric positive definite `a`; only its lower triangle is read. In `out` (default: a's sharding).
-template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
-DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
-  const detail::ProfiledOp profiled("cholesky", a);
-  detail::check_square(a, "cholesky");
-  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
-  const Mesh& mesh = a.sharding().mesh();
-  if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(a.shape(), target, nullptr);
-  if (a.shape()[0] == 0) return reshard(a, target);
-  const auto& grid = detail::blacs_grid(mesh);
-  // A's row-major pieces over the normal grid are A^T's column-major ones over the transposed grid
-  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L).
-  auto piece = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t,
-                                 detail::block_size(a.shape()[0], grid.shape), "cholesky");
-  const int n = int(piece.m), one = 1;
-  int info = 0;
-  detail::cpu::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
-  info = detail::agreed_info(grid, info);
-  DAX_CHECK(info <= 0, "cholesky: the matrix is not positive definite (its leading minor of order ", info,
-            " is not positive)");
-  DAX_CHECK(info == 0, "cholesky: ScaLAPACK's p?potrf refused argument ", -info);
-  for (int64_t r = 0; r < piece.rows; ++r)  // zeros above the diagonal, as NumPy returns
-    for (int64_t c = 0; c < piece.cols; ++c)
-      if (piece.global_col(c) > piece.global_row(r)) piece.at(r, c) = T(0);
-  return detail::from_cyclic(piece, grid, mesh, target);
-}
 
 /// x with a x = b (numpy.linalg.solve) by LU with partial pivoting; b is (n, k) or (n,). In `out`
 /// (default: b's sharding).
@@ -312,7 +307,17 @@ DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::opti
   DAX_CHECK(info == 0, "solve: ScaLAPACK's p?getrs refused argument ", -info);
   const NamedSharding mat_target = vector ? detail::rows_over_mesh(mesh) : target;
   DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target);
-  return vector ? reshard(reshape(x, {x.shape()[0]}), target) : x;
+  if (vector) x = reshard(reshape(x, {x.shape()[0]}), target);
+  // The pullback: b's cotangent solves a^T gb = g, a's is -gb x^T.
+  detail::record("solve", x, [&](auto need) {
+    return [need, a, x](const DistArray<T>& g) {
+      const DistArray<T> gb = solve(transpose(a), g);
+      return detail::Cotangents{
+          need[0] ? detail::AnyArray(-matmul(detail::as_matrix(gb), transpose(detail::as_matrix(x)))) : detail::AnyArray(),
+          need[1] ? detail::AnyArray(gb) : detail::AnyArray()};
+    };
+  }, a, b);
+  return x;
 }
 
 /// x with a x = b for a triangular `a` (jax.scipy.linalg.solve_triangular with lower = `lower`);
@@ -344,7 +349,65 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
                                   pa.desc, pb.data(), &one, &one, pb.desc);
   const NamedSharding mat_target = vector ? detail::rows_over_mesh(mesh) : target;
   DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target);
-  return vector ? reshard(reshape(x, {x.shape()[0]}), target) : x;
+  if (vector) x = reshard(reshape(x, {x.shape()[0]}), target);
+  // The pullback: b's cotangent solves T^T gb = g (a^T's other triangle), a's is -gb x^T on the
+  // triangle that was read.
+  detail::record("triangular_solve", x, [&](auto need) {
+    return [need, a, x, lower](const DistArray<T>& g) {
+      const DistArray<T> gb = triangular_solve(transpose(a), g, !lower);
+      detail::AnyArray ga;
+      if (need[0]) {
+        const auto full = -matmul(detail::as_matrix(gb), transpose(detail::as_matrix(x)));
+        ga = detail::AnyArray(full * detail::triangle_mask<T>(a.shape()[0], full.sharding(), T(1), T(1), lower));
+      }
+      return detail::Cotangents{ga, need[1] ? detail::AnyArray(gb) : detail::AnyArray()};
+    };
+  }, a, b);
+  return x;
+}
+
+/// The lower-triangular L with a = L L^T (numpy.linalg.cholesky; zeros above the diagonal), for a
+/// symmetric positive definite `a`; only its lower triangle is read. In `out` (default: a's sharding).
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
+  const detail::ProfiledOp profiled("cholesky", a);
+  detail::check_square(a, "cholesky");
+  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
+  const Mesh& mesh = a.sharding().mesh();
+  if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(a.shape(), target, nullptr);
+  if (a.shape()[0] == 0) return reshard(a, target);
+  const auto& grid = detail::blacs_grid(mesh);
+  // A's row-major pieces over the normal grid are A^T's column-major ones over the transposed grid
+  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L).
+  auto piece = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t,
+                                 detail::block_size(a.shape()[0], grid.shape), "cholesky");
+  const int n = int(piece.m), one = 1;
+  int info = 0;
+  detail::cpu::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
+  info = detail::agreed_info(grid, info);
+  DAX_CHECK(info <= 0, "cholesky: the matrix is not positive definite (its leading minor of order ", info,
+            " is not positive)");
+  DAX_CHECK(info == 0, "cholesky: ScaLAPACK's p?potrf refused argument ", -info);
+  for (int64_t r = 0; r < piece.rows; ++r)  // zeros above the diagonal, as NumPy returns
+    for (int64_t c = 0; c < piece.cols; ++c)
+      if (piece.global_col(c) > piece.global_row(r)) piece.at(r, c) = T(0);
+  DistArray<T> l = detail::from_cyclic(piece, grid, mesh, target);
+  // The pullback (Murray 2016, for a read from the lower triangle): with G = tril(g) and Phi the
+  // lower triangle with the diagonal halved, M = L^-T Phi(L^T G) L^-1, and the cotangent of a's
+  // lower triangle is Phi(M + M^T) (zero above: that triangle is not read).
+  detail::record("cholesky", l, [&](auto) {
+    return [l](const DistArray<T>& g) {
+      const int64_t n = l.shape()[0];
+      const auto phi = detail::triangle_mask<T>(n, l.sharding(), T(1), T(0.5));
+      const auto lt = transpose(l);
+      const auto p = matmul(lt, g * detail::triangle_mask<T>(n, l.sharding(), T(1), T(1))) * phi;
+      const auto x = triangular_solve(lt, p, false);                           // L^-T P
+      const auto m = transpose(triangular_solve(lt, transpose(x), false));     // (L^-T X^T)^T = X L^-1
+      return detail::Cotangents{detail::AnyArray((m + transpose(m)) * phi)};
+    };
+  }, a);
+  return l;
 }
 
 }  // namespace dax::linalg
