@@ -186,6 +186,121 @@ TEST_CASE("gradients of cholesky, solve and triangular_solve equal central diffe
   }
 }
 
+TEMPLATE_TEST_CASE("inv, slogdet, det, eigh and norm against the host", "[linalg]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 2e-4 : 1e-10;
+  Pick pick(35);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 1 + int64_t(pick(30));
+    auto a = random_matrix(n, n, 110 + trial);
+    for (int64_t i = 0; i < n; ++i) a[i * n + i] += (trial % 2 ? -2.0 : 2.0);  // negative determinants too
+    const NamedSharding s = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " " << dax::to_string(s));
+    const auto da = dax::device_put(narrow<T>(a), {n, n}, s);
+    // inv: a inv(a) = I.
+    const auto ai = host(dax::linalg::inv(da));
+    std::vector<double> eye(n * n, 0.0);
+    for (int64_t i = 0; i < n; ++i) eye[i * n + i] = 1;
+    if (!ai.empty()) {
+      std::vector<double> prod(n * n, 0.0);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t l = 0; l < n; ++l) prod[i * n + j] += a[i * n + l] * double(ai[l * n + j]);
+      CHECK(relative_error(prod, eye) <= tol * double(n));
+    }
+    // slogdet against the host's elimination: the product of the pivots, the sign of the swaps.
+    std::vector<double> u = a;
+    double logabs = 0;
+    int sign = 1;
+    for (int64_t c = 0; c < n; ++c) {
+      int64_t p = c;
+      for (int64_t r = c + 1; r < n; ++r)
+        if (std::abs(u[r * n + c]) > std::abs(u[p * n + c])) p = r;
+      if (p != c) {
+        sign = -sign;
+        for (int64_t j = 0; j < n; ++j) std::swap(u[c * n + j], u[p * n + j]);
+      }
+      logabs += std::log(std::abs(u[c * n + c]));
+      if (u[c * n + c] < 0) sign = -sign;
+      for (int64_t r = c + 1; r < n; ++r) {
+        const double f = u[r * n + c] / u[c * n + c];
+        for (int64_t j = c; j < n; ++j) u[r * n + j] -= f * u[c * n + j];
+      }
+    }
+    const auto sl = dax::linalg::slogdet(da);
+    const auto got_sign = host(sl.sign), got_log = host(sl.logabsdet), got_det = host(dax::linalg::det(da));
+    if (!got_sign.empty()) {
+      CHECK(got_sign[0] == T(sign));
+      CHECK(std::abs(double(got_log[0]) - logabs) <= tol * double(n) * std::max(1.0, std::abs(logabs)));
+      CHECK(std::abs(double(got_det[0]) - sign * std::exp(logabs)) <= tol * double(n) * std::exp(logabs));
+    }
+    // eigh of a symmetric matrix: a v = v diag(w), v^T v = I, w ascending.
+    const auto sym = spd(n, 120 + trial);
+    const auto e = dax::linalg::eigh(dax::device_put(narrow<T>(sym), {n, n}, s));
+    CHECK(e.eigenvectors.sharding() == s);
+    const auto w = host(e.eigenvalues), v = host(e.eigenvectors);
+    if (!w.empty()) {
+      double scale = 0;
+      for (auto x : w) scale = std::max(scale, std::abs(double(x)));
+      for (int64_t i = 0; i + 1 < n; ++i) CHECK(w[i] <= w[i + 1]);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double av = 0, vv = 0;
+          for (int64_t l = 0; l < n; ++l) {
+            av += sym[i * n + l] * double(v[l * n + j]);
+            vv += double(v[l * n + i]) * double(v[l * n + j]);
+          }
+          CHECK(std::abs(av - double(v[i * n + j]) * double(w[j])) <= tol * double(n) * scale);
+          CHECK(std::abs(vv - (i == j ? 1.0 : 0.0)) <= tol * double(n));
+        }
+    }
+    // norms
+    double fro = 0, col = 0, row = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double r = 0, c = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        fro += a[i * n + j] * a[i * n + j];
+        r += std::abs(a[i * n + j]);
+        c += std::abs(a[j * n + i]);
+      }
+      row = std::max(row, r);
+      col = std::max(col, c);
+    }
+    const auto nf = host(dax::linalg::norm(da)), n1 = host(dax::linalg::norm(da, "1")), ni = host(dax::linalg::norm(da, "inf"));
+    if (!nf.empty()) {
+      CHECK(std::abs(double(nf[0]) - std::sqrt(fro)) <= tol * std::sqrt(fro));
+      CHECK(std::abs(double(n1[0]) - col) <= tol * col);
+      CHECK(std::abs(double(ni[0]) - row) <= tol * row);
+    }
+  }
+}
+
+TEST_CASE("gradients of inv and eigh equal central differences", "[linalg][autodiff]") {
+  Pick pick(36);
+  std::mt19937 rng(37);
+  for (int trial = 0; trial < 3; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 2 + int64_t(pick(7));
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sc = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " " << dax::to_string(sa));
+    auto a = random_matrix(n, n, 130 + trial);
+    for (int64_t i = 0; i < n; ++i) a[i * n + i] += 3.0;
+    const auto weights = dax::device_put(random_matrix(n, n, 140 + trial), {n, n}, sc);
+    const auto weights_n = dax::device_put(random_matrix(n, 1, 150 + trial), {n}, NamedSharding(mesh, P()));
+    dax::test::check_against_differences(
+        [&](const dax::test::Params& p) { return dax::sum(dax::linalg::inv(p[0]) * weights); }, {a}, {{n, n}}, {sa},
+        rng);
+    // Eigenvectors' signs are arbitrary: the loss sees their squares.
+    dax::test::check_against_differences(
+        [&](const dax::test::Params& p) {
+          const auto e = dax::linalg::eigh(p[0]);
+          return dax::sum(e.eigenvalues * weights_n) + dax::sum(e.eigenvectors * e.eigenvectors * weights);
+        },
+        {spd(n, 160 + trial)}, {{n, n}}, {sa}, rng);
+  }
+}
+
 TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
   const int world = dax::test::world_size();
   const Mesh mesh(Shape{world}, {"x"});

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +21,7 @@
 #include <dax/array/transpose.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/matmul.hpp>
+#include <dax/ops/reduction.hpp>
 #include <dax/ops/reshape.hpp>
 #include <dax/backend/cpu/scalapack.hpp>
 #include <dax/backend/device_ops.hpp>
@@ -199,29 +202,38 @@ inline NamedSharding rows_over_mesh(const Mesh& mesh) {
   return NamedSharding(mesh, P(axes(names), none));
 }
 
-/// `x` (m, n) dealt as `view` says with nb x nb blocks, stored row-major (read by ScaLAPACK as the
-/// column-major A^T: `transposed` grid) or column-major (as A: `context`), for the grid `context`.
+/// An (m, n) block-cyclic piece dealt as `view` says with nb x nb blocks, stored row-major (read by
+/// ScaLAPACK as the column-major A^T over the transposed grid) or column-major, with the
+/// descriptor for `context`; its values not yet set.
 template <class T>
-CyclicPiece<T> to_cyclic(const DistArray<T>& x, const BlacsGrid& grid, const CyclicView& view, bool row_major,
-                         int context, int64_t nb, const char* op) {
+CyclicPiece<T> empty_piece(int64_t rows, int64_t cols, const CyclicView& view, bool row_major, int context, int64_t nb,
+                           const char* op) {
   CyclicPiece<T> piece;
   piece.view = view;
   piece.row_major = row_major;
-  piece.m = x.shape()[0];
-  piece.n = x.shape()[1];
+  piece.m = rows;
+  piece.n = cols;
   piece.nb = nb;
   piece.rows = block_count(piece.m, nb, view.myrow, view.prows);
   piece.cols = block_count(piece.n, nb, view.mycol, view.pcols);
   piece.ld = std::max<int64_t>(1, row_major ? piece.cols : piece.rows);
-  piece.storage = dev::allocate(std::max<int64_t>(piece.rows * piece.cols, 1) * sizeof(T));  // every element dealt
-  const DistArray<T> rows = reshard(x, rows_over_mesh(x.sharding().mesh()));
-  cyclic_exchange(grid, const_cast<T*>(rows.local_data().data()), piece, true);
+  piece.storage = dev::allocate(std::max<int64_t>(piece.rows * piece.cols, 1) * sizeof(T));
   // Row-major storage is the column-major A^T: ScaLAPACK's (M, N) are A's (n, m).
   const int m = int(row_major ? piece.n : piece.m), n = int(row_major ? piece.m : piece.n), b = int(nb), zero = 0;
   const int ld = int(piece.ld);
   int info = 0;
   descinit_(piece.desc, &m, &n, &b, &b, &zero, &zero, &context, &ld, &info);
   DAX_CHECK(info == 0, op, ": ScaLAPACK's descinit refused a ", m, " x ", n, " matrix (info ", info, ")");
+  return piece;
+}
+
+/// `x` (m, n) dealt into an empty_piece.
+template <class T>
+CyclicPiece<T> to_cyclic(const DistArray<T>& x, const BlacsGrid& grid, const CyclicView& view, bool row_major,
+                         int context, int64_t nb, const char* op) {
+  CyclicPiece<T> piece = empty_piece<T>(x.shape()[0], x.shape()[1], view, row_major, context, nb, op);
+  const DistArray<T> rows = reshard(x, rows_over_mesh(x.sharding().mesh()));
+  cyclic_exchange(grid, const_cast<T*>(rows.local_data().data()), piece, true);
   return piece;
 }
 
@@ -408,6 +420,192 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
     };
   }, a);
   return l;
+}
+
+/// The inverse (numpy.linalg.inv), by LU: p?getrf then p?getri. In `out` (default: a's sharding).
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
+  const detail::ProfiledOp profiled("inv", a);
+  detail::check_square(a, "inv");
+  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
+  const Mesh& mesh = a.sharding().mesh();
+  if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(a.shape(), target, nullptr);
+  if (a.shape()[0] == 0) return reshard(a, target);
+  const auto& grid = detail::blacs_grid(mesh);
+  // inv(A^T) = inv(A)^T: A^T inverted over the transposed grid reads back row-major as inv(A).
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
+                              "inv");
+  const int n = int(pa.m), one = 1;
+  std::vector<int> pivots(pa.cols + pa.nb);
+  int info = 0;
+  detail::cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
+  info = detail::agreed_info(grid, info);
+  DAX_CHECK(info <= 0, "inv: the matrix is singular (U(", info, ", ", info, ") of its LU factorization is zero)");
+  T work_size = 0;
+  int iwork_size = 0, query = -1;
+  detail::cpu::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size,
+                                   &query, &info);
+  const int lwork = int(work_size) + 1, liwork = std::max(iwork_size, 1);
+  std::vector<T> work(lwork);
+  std::vector<int> iwork(liwork);
+  detail::cpu::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), work.data(), &lwork,
+                                   iwork.data(), &liwork, &info);
+  DAX_CHECK(detail::agreed_info(grid, info) == 0, "inv: ScaLAPACK's p?getri failed (info ", info, ")");
+  DistArray<T> r = detail::from_cyclic(pa, grid, mesh, target);
+  // The pullback: -inv(a)^T g inv(a)^T.
+  detail::record("inv", r, [&](auto) {
+    return [r](const DistArray<T>& g) {
+      const auto rt = transpose(r);
+      return detail::Cotangents{detail::AnyArray(-matmul(matmul(rt, g), rt))};
+    };
+  }, a);
+  return r;
+}
+
+/// numpy.linalg.slogdet: the sign (+1, -1, or 0 for a singular matrix) and log |det a|, each a
+/// scalar replicated over a's mesh.
+template <class T>
+struct SignLogDet {
+  DistArray<T> sign, logabsdet;
+};
+
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+SignLogDet<T> slogdet(const DistArray<T>& a) {
+  const detail::ProfiledOp profiled("slogdet", a);
+  detail::check_square(a, "slogdet");
+  detail::no_gradient("slogdet", a);
+  const Mesh& mesh = a.sharding().mesh();
+  const NamedSharding scalar(mesh, P());
+  if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({}, scalar, nullptr), DistArray<T>({}, scalar, nullptr)};
+  if (a.shape()[0] == 0) return {full<T>({}, T(1), scalar), full<T>({}, T(0), scalar)};
+  const auto& grid = detail::blacs_grid(mesh);
+  // det(A^T) = det(A): A^T's LU over the transposed grid.
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
+                              "slogdet");
+  const int n = int(pa.m), one = 1;
+  std::vector<int> pivots(pa.cols + pa.nb);
+  int info = 0;
+  detail::cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
+  // This rank's diagonal of U (each entry on exactly one rank) and, on one grid row, its share of
+  // the row swaps (A^T's pivots, one per local row of A^T, i.e. per local column of A here).
+  double log_sum = 0;
+  int64_t counts[3] = {0, 0, 0};  // negative diagonal entries, zero ones, swaps
+  for (int64_t c = 0; c < pa.cols; ++c) {
+    const int64_t j = pa.global_col(c);
+    if (grid.row == 0 && pivots[c] != j + 1) ++counts[2];
+    for (int64_t r = 0; r < pa.rows; ++r)
+      if (pa.global_row(r) == j) {
+        const double u = double(pa.at(r, c));
+        if (u == 0) ++counts[1];
+        else log_sum += std::log(std::abs(u));
+        if (u < 0) ++counts[0];
+      }
+  }
+  grid.group->all_reduce(nullptr, &log_sum, 1, DType::float64, detail::ReduceOp::sum);
+  grid.group->all_reduce(nullptr, counts, 3, DType::int64, detail::ReduceOp::sum);
+  const bool singular = counts[1] > 0;  // an exact zero on U's diagonal (p?getrf's info > 0)
+  const T sign = singular ? T(0) : ((counts[0] + counts[2]) % 2 == 0 ? T(1) : T(-1));
+  const T logabs = singular ? -std::numeric_limits<T>::infinity() : T(log_sum);
+  return {full<T>({}, sign, scalar), full<T>({}, logabs, scalar)};
+}
+
+/// The determinant (numpy.linalg.det): sign * exp(logabsdet) of slogdet, a replicated scalar.
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+DistArray<T> det(const DistArray<T>& a) {
+  const auto s = slogdet(a);
+  return s.sign * exp(s.logabsdet);
+}
+
+/// numpy.linalg.eigh: eigenvalues ascending (a replicated (n,) array) and eigenvectors as columns
+/// (an (n, n) array in `out`, default a's sharding), of a symmetric `a` read from its lower triangle.
+template <class T>
+struct Eigh {
+  DistArray<T> eigenvalues, eigenvectors;
+};
+
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
+  const detail::ProfiledOp profiled("eigh", a);
+  detail::check_square(a, "eigh");
+  const Mesh& mesh = a.sharding().mesh();
+  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
+  const NamedSharding replicated(mesh, P());
+  const int64_t n = a.shape()[0];
+  if (!mesh.contains(Runtime::current().rank()))
+    return {DistArray<T>({n}, replicated, nullptr), DistArray<T>(a.shape(), target, nullptr)};
+  if (n == 0) return {zeros<T>({0}, replicated), reshard(a, target)};
+  const auto& grid = detail::blacs_grid(mesh);
+  const int64_t nb = detail::block_size(n, grid.shape);
+  // A^T (= A) over the transposed grid, its upper triangle being A's lower one; the eigenvectors
+  // come out column-major over the same grid, which is how a column-major piece dealt as
+  // grid.transposed() reads (as solve's b does).
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "eigh");
+  auto pz = detail::empty_piece<T>(n, n, grid.transposed(), false, grid.context_t, nb, "eigh");
+  std::vector<T> w(n);
+  const int ni = int(n), one = 1;
+  int info = 0, iwork_size = 0, query = -1;
+  T work_size = 0;
+  detail::cpu::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+                                   pz.desc, &work_size, &query, &iwork_size, &query, &info);
+  // ScaLAPACK's workspace query for p?syevd can come out short (PDORMTR then refuses LWORK and the
+  // vectors are garbage: n = 16-19 or 32-65 with 16-row blocks on one process): the larger of it
+  // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a block.
+  const int64_t np = pa.cols, nq = pa.rows;
+  const int64_t documented = std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
+  const int lwork = int(std::max<int64_t>(int64_t(work_size), documented) + n * nb), liwork = std::max(iwork_size, 1);
+  std::vector<T> work(lwork);
+  std::vector<int> iwork(liwork);
+  detail::cpu::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+                                   pz.desc, work.data(), &lwork, iwork.data(), &liwork, &info);
+  info = detail::agreed_info(grid, info);
+  DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?syevd did not converge (info ", info, ")");
+  DistArray<T> values = device_put(w, {n}, replicated);
+  DistArray<T> vectors = detail::from_cyclic(pz, grid, mesh, target);
+  // The pullbacks (for a read from the lower triangle, as cholesky's): with G = V (diag(gw) +
+  // F o (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal, a's cotangent is Phi(G + G^T).
+  const auto symmetric_part = [](const DistArray<T>& g) {
+    return (g + transpose(g)) * detail::triangle_mask<T>(g.shape()[0], g.sharding(), T(1), T(0.5));
+  };
+  detail::record("eigh", values, [&](auto) {
+    return [vectors, symmetric_part](const DistArray<T>& gw) {
+      const int64_t m = vectors.shape()[0];
+      const auto eye = detail::triangle_mask<T>(m, vectors.sharding(), T(0), T(1));
+      const auto g = matmul(matmul(vectors, eye * reshape(gw, {1, m})), transpose(vectors));
+      return detail::Cotangents{detail::AnyArray(symmetric_part(g))};
+    };
+  }, a);
+  detail::record("eigh", vectors, [&](auto) {
+    return [vectors, w, symmetric_part](const DistArray<T>& gv) {
+      const int64_t m = vectors.shape()[0];
+      const auto f = make_array_from_callback<T>({m, m}, detail::with_unreduced_axes(vectors.sharding(), 2, {}),
+                                                 [&](const Box& box) {
+                                                   std::vector<T> v;
+                                                   for (int64_t i = box[0].start; i < box[0].stop; ++i)
+                                                     for (int64_t j = box[1].start; j < box[1].stop; ++j)
+                                                       v.push_back(i == j ? T(0) : T(1) / (w[j] - w[i]));
+                                                   return v;
+                                                 });
+      const auto g = matmul(matmul(vectors, f * matmul(transpose(vectors), gv)), transpose(vectors));
+      return detail::Cotangents{detail::AnyArray(symmetric_part(g))};
+    };
+  }, a);
+  return {values, vectors};
+}
+
+/// numpy.linalg.norm of a matrix: "fro" (default), "1" (the largest column sum of |a|), "inf" (the
+/// largest row sum); a replicated scalar, made of dax's ops (so differentiable where they are).
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
+  DAX_CHECK(a.ndim() == 1 || a.ndim() == 2, "norm: expected a vector or a matrix, got shape ", to_string(a.shape()));
+  if (a.ndim() == 1 || ord == "fro") return sqrt(sum(a * a));
+  if (ord == "1") return max(sum(abs(a), {0}));
+  if (ord == "inf") return max(sum(abs(a), {1}));
+  detail::fail("norm: ord must be \"fro\", \"1\" or \"inf\", got \"", ord, "\"");
 }
 
 }  // namespace dax::linalg

@@ -27,6 +27,16 @@ void pdgetrs_(const char* trans, const int* n, const int* nrhs, const double* a,
               const int* desca, const int* ipiv, double* b, const int* ib, const int* jb, const int* descb, int* info);
 void psgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* ia, const int* ja,
               const int* desca, const int* ipiv, float* b, const int* ib, const int* jb, const int* descb, int* info);
+void pdgetri_(const int* n, double* a, const int* ia, const int* ja, const int* desca, const int* ipiv, double* work,
+              const int* lwork, int* iwork, const int* liwork, int* info);
+void psgetri_(const int* n, float* a, const int* ia, const int* ja, const int* desca, const int* ipiv, float* work,
+              const int* lwork, int* iwork, const int* liwork, int* info);
+void pdsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* ia, const int* ja,
+              const int* desca, double* w, double* z, const int* iz, const int* jz, const int* descz, double* work,
+              const int* lwork, int* iwork, const int* liwork, int* info);
+void pssyevd_(const char* jobz, const char* uplo, const int* n, float* a, const int* ia, const int* ja,
+              const int* desca, float* w, float* z, const int* iz, const int* jz, const int* descz, float* work,
+              const int* lwork, int* iwork, const int* liwork, int* info);
 void pdtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
              const double* alpha, const double* a, const int* ia, const int* ja, const int* desca, double* b,
              const int* ib, const int* jb, const int* descb);
@@ -47,6 +57,8 @@ struct Scalapack<double> {
   static constexpr auto getrf = pdgetrf_;
   static constexpr auto getrs = pdgetrs_;
   static constexpr auto trsm = pdtrsm_;
+  static constexpr auto getri = pdgetri_;
+  static constexpr auto syevd = pdsyevd_;
 };
 template <>
 struct Scalapack<float> {
@@ -55,6 +67,8 @@ struct Scalapack<float> {
   static constexpr auto getrf = psgetrf_;
   static constexpr auto getrs = psgetrs_;
   static constexpr auto trsm = pstrsm_;
+  static constexpr auto getri = psgetri_;
+  static constexpr auto syevd = pssyevd_;
 };
 
 }  // namespace dax::detail::cpu
