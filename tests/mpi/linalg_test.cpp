@@ -276,6 +276,59 @@ TEMPLATE_TEST_CASE("inv, slogdet, det, eigh and norm against the host", "[linalg
   }
 }
 
+TEMPLATE_TEST_CASE("qr and svd of tall and wide matrices reproduce them", "[linalg]", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  Pick pick(38);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t m = 1 + int64_t(pick(25)), n = 1 + int64_t(pick(25)), k = std::min(m, n);
+    const auto a = random_matrix(m, n, 170 + trial);
+    const NamedSharding s = random_sharding(pick, mesh, 2);
+    INFO(m << " x " << n << " " << dax::to_string(s));
+    const auto da = dax::device_put(narrow<T>(a), {m, n}, s);
+    const auto f = dax::linalg::qr(da);
+    REQUIRE(f.q.shape() == Shape{m, k});
+    REQUIRE(f.r.shape() == Shape{k, n});
+    const auto q = host(f.q), r = host(f.r);
+    const auto d = dax::linalg::svd(da);
+    REQUIRE(d.u.shape() == Shape{m, k});
+    REQUIRE(d.vh.shape() == Shape{k, n});
+    const auto u = host(d.u), sv = host(d.s), vh = host(d.vh);
+    const auto two = host(dax::linalg::norm(da, "2"));
+    if (q.empty()) continue;  // a rank outside the mesh
+    double scale = 0;
+    for (double x : a) scale = std::max(scale, std::abs(x));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double qr_ij = 0, usv_ij = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          qr_ij += double(q[i * k + l]) * double(r[l * n + j]);
+          usv_ij += double(u[i * k + l]) * double(sv[l]) * double(vh[l * n + j]);
+        }
+        CHECK(std::abs(qr_ij - a[i * n + j]) <= tol * double(k) * scale);
+        CHECK(std::abs(usv_ij - a[i * n + j]) <= tol * double(k) * scale);
+      }
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t j = 0; j < i && j < n; ++j) CHECK(r[i * n + j] == T(0));  // upper triangular
+      if (i + 1 < k) CHECK(sv[i] >= sv[i + 1]);
+      CHECK(sv[i] >= T(0));
+      for (int64_t j = 0; j < k; ++j) {
+        double qq = 0, uu = 0, vv = 0;
+        for (int64_t l = 0; l < m; ++l) {
+          qq += double(q[l * k + i]) * double(q[l * k + j]);
+          uu += double(u[l * k + i]) * double(u[l * k + j]);
+        }
+        for (int64_t l = 0; l < n; ++l) vv += double(vh[i * n + l]) * double(vh[j * n + l]);
+        CHECK(std::abs(qq - (i == j)) <= tol * double(m));
+        CHECK(std::abs(uu - (i == j)) <= tol * double(m));
+        CHECK(std::abs(vv - (i == j)) <= tol * double(n));
+      }
+    }
+    CHECK(std::abs(double(two[0]) - double(sv[0])) <= tol * double(sv[0]));  // a second svd: not bit-reproducible
+  }
+}
+
 TEST_CASE("gradients of inv and eigh equal central differences", "[linalg][autodiff]") {
   Pick pick(36);
   std::mt19937 rng(37);

@@ -20,6 +20,7 @@
 #include <dax/array/trace.hpp>
 #include <dax/array/transpose.hpp>
 #include <dax/ops/elementwise.hpp>
+#include <dax/ops/join.hpp>
 #include <dax/ops/matmul.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/reshape.hpp>
@@ -596,8 +597,98 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   return {values, vectors};
 }
 
+/// numpy.linalg.qr(a, mode="reduced") of an (m, n) matrix: q (m, k) with orthonormal columns and
+/// r (k, n) upper triangular, k = min(m, n), a = q r; both in rows-over-the-mesh layout unless `out`
+/// is given for q. ScaLAPACK sees A^T (dax's row-major pieces): A^T = L Q' (p?gelqf, p?orglq) is
+/// A = Q'^T L^T, the QR of A.
+template <class T>
+struct QR {
+  DistArray<T> q, r;
+};
+
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+QR<T> qr(const DistArray<T>& a) {
+  const detail::ProfiledOp profiled("qr", a);
+  DAX_CHECK(a.ndim() == 2, "qr: expected a matrix, got shape ", to_string(a.shape()));
+  detail::no_gradient("qr", a);
+  const Mesh& mesh = a.sharding().mesh();
+  const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
+  const NamedSharding rows = detail::rows_over_mesh(mesh);
+  if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k, n}, rows, nullptr)};
+  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k, n}, rows)};
+  const auto& grid = detail::blacs_grid(mesh);
+  const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "qr");
+  const int xm = int(n), xn = int(m), xk = int(k), one = 1, query = -1;
+  std::vector<T> tau(pa.cols + nb);
+  int info = 0;
+  T work_size = 0;
+  detail::cpu::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
+  std::vector<T> work(int64_t(work_size) + 1 + nb * nb);
+  int lwork = int(work.size());
+  detail::cpu::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
+  DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?gelqf failed (info ", info, ")");
+  // R: the upper triangle of the first k rows of what dax reads back (L^T), before p?orglq overwrites it.
+  detail::CyclicPiece<T> factors = pa;
+  factors.storage = detail::dev::allocate(std::max<int64_t>(pa.rows * pa.cols, 1) * sizeof(T));
+  detail::dev::copy(factors.data(), pa.data(), std::max<int64_t>(pa.rows * pa.cols, 1) * sizeof(T));
+  for (int64_t r = 0; r < factors.rows; ++r)
+    for (int64_t c = 0; c < factors.cols; ++c)
+      if (factors.global_col(c) < factors.global_row(r)) factors.at(r, c) = T(0);
+  DistArray<T> r = slice(detail::from_cyclic(factors, grid, mesh, rows), {0, 0}, {k, n});
+  detail::cpu::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
+  work.resize(std::max<size_t>(work.size(), size_t(work_size) + 1 + nb * nb));
+  lwork = int(work.size());
+  detail::cpu::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
+  DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?orglq failed (info ", info, ")");
+  DistArray<T> q = slice(detail::from_cyclic(pa, grid, mesh, rows), {0, 0}, {m, k});
+  return {q, r};
+}
+
+/// numpy.linalg.svd(a, full_matrices=False): u (m, k), s (k,) descending (replicated), vh (k, n),
+/// a = u diag(s) vh. ScaLAPACK's p?gesvd sees A^T = U S V^T, which is A = V S U^T: dax reads its
+/// VT back as u and its U as vh, each row-major piece being the column-major transpose.
+template <class T>
+struct SVD {
+  DistArray<T> u, s, vh;
+};
+
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+SVD<T> svd(const DistArray<T>& a) {
+  const detail::ProfiledOp profiled("svd", a);
+  DAX_CHECK(a.ndim() == 2, "svd: expected a matrix, got shape ", to_string(a.shape()));
+  detail::no_gradient("svd", a);
+  const Mesh& mesh = a.sharding().mesh();
+  const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
+  const NamedSharding rows = detail::rows_over_mesh(mesh), replicated(mesh, P());
+  if (!mesh.contains(Runtime::current().rank()))
+    return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k}, replicated, nullptr), DistArray<T>({k, n}, rows, nullptr)};
+  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k}, replicated), zeros<T>({k, n}, rows)};
+  const auto& grid = detail::blacs_grid(mesh);
+  const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "svd");
+  auto pu = detail::empty_piece<T>(m, k, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's VT (k, m)
+  auto pv = detail::empty_piece<T>(k, n, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's U (n, k)
+  std::vector<T> sv(k);
+  const int xm = int(n), xn = int(m), one = 1, query = -1;
+  int info = 0;
+  T work_size = 0;
+  detail::cpu::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, &work_size, &query, &info);
+  std::vector<T> work(int64_t(work_size) + 1 + nb * nb);
+  const int lwork = int(work.size());
+  detail::cpu::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, work.data(), &lwork, &info);
+  info = detail::agreed_info(grid, info);
+  DAX_CHECK(info == 0, "svd: ScaLAPACK's p?gesvd did not converge (info ", info, ")");
+  return {detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
+          detail::from_cyclic(pv, grid, mesh, rows)};
+}
+
 /// numpy.linalg.norm of a matrix: "fro" (default), "1" (the largest column sum of |a|), "inf" (the
-/// largest row sum); a replicated scalar, made of dax's ops (so differentiable where they are).
+/// largest row sum), "2" (the largest singular value); a replicated scalar, made of dax's ops (so differentiable where they are).
 template <class T>
   requires std::is_same_v<T, float> || std::is_same_v<T, double>
 DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
@@ -605,7 +696,8 @@ DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
   if (a.ndim() == 1 || ord == "fro") return sqrt(sum(a * a));
   if (ord == "1") return max(sum(abs(a), {0}));
   if (ord == "inf") return max(sum(abs(a), {1}));
-  detail::fail("norm: ord must be \"fro\", \"1\" or \"inf\", got \"", ord, "\"");
+  if (ord == "2") return max(svd(a).s);  // the largest singular value
+  detail::fail("norm: ord must be \"fro\", \"1\", \"2\" or \"inf\", got \"", ord, "\"");
 }
 
 }  // namespace dax::linalg

@@ -37,6 +37,20 @@ void pdsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const
 void pssyevd_(const char* jobz, const char* uplo, const int* n, float* a, const int* ia, const int* ja,
               const int* desca, float* w, float* z, const int* iz, const int* jz, const int* descz, float* work,
               const int* lwork, int* iwork, const int* liwork, int* info);
+void pdgelqf_(const int* m, const int* n, double* a, const int* ia, const int* ja, const int* desca, double* tau,
+              double* work, const int* lwork, int* info);
+void psgelqf_(const int* m, const int* n, float* a, const int* ia, const int* ja, const int* desca, float* tau,
+              float* work, const int* lwork, int* info);
+void pdorglq_(const int* m, const int* n, const int* k, double* a, const int* ia, const int* ja, const int* desca,
+              const double* tau, double* work, const int* lwork, int* info);
+void psorglq_(const int* m, const int* n, const int* k, float* a, const int* ia, const int* ja, const int* desca,
+              const float* tau, float* work, const int* lwork, int* info);
+void pdgesvd_(const char* jobu, const char* jobvt, const int* m, const int* n, double* a, const int* ia, const int* ja,
+              const int* desca, double* s, double* u, const int* iu, const int* ju, const int* descu, double* vt,
+              const int* ivt, const int* jvt, const int* descvt, double* work, const int* lwork, int* info);
+void psgesvd_(const char* jobu, const char* jobvt, const int* m, const int* n, float* a, const int* ia, const int* ja,
+              const int* desca, float* s, float* u, const int* iu, const int* ju, const int* descu, float* vt,
+              const int* ivt, const int* jvt, const int* descvt, float* work, const int* lwork, int* info);
 void pdtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
              const double* alpha, const double* a, const int* ia, const int* ja, const int* desca, double* b,
              const int* ib, const int* jb, const int* descb);
@@ -59,6 +73,9 @@ struct Scalapack<double> {
   static constexpr auto trsm = pdtrsm_;
   static constexpr auto getri = pdgetri_;
   static constexpr auto syevd = pdsyevd_;
+  static constexpr auto gelqf = pdgelqf_;
+  static constexpr auto orglq = pdorglq_;
+  static constexpr auto gesvd = pdgesvd_;
 };
 template <>
 struct Scalapack<float> {
@@ -69,6 +86,9 @@ struct Scalapack<float> {
   static constexpr auto trsm = pstrsm_;
   static constexpr auto getri = psgetri_;
   static constexpr auto syevd = pssyevd_;
+  static constexpr auto gelqf = psgelqf_;
+  static constexpr auto orglq = psorglq_;
+  static constexpr auto gesvd = psgesvd_;
 };
 
 }  // namespace dax::detail::cpu
