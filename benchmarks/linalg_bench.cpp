@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   err = dax::bench::max_over_ranks(err);
   if (rank == 0) std::cout << "# N " << n << ", " << ranks << " ranks, grid " << grid.shape.rows << " x " << grid.shape.cols
                            << ", blocks " << nb << ": dax's and ScaLAPACK's solutions differ by " << err << "\n";
+  if (err > 1e-12) throw dax::Error("linalg_bench: dax's solution differs from ScaLAPACK's");
   (void)dax::linalg::cholesky(a);
   fresh();
   scalapack_cholesky();

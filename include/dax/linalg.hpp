@@ -1,5 +1,5 @@
 // dax's dense linear algebra on sharded matrices (numpy.linalg's names): cholesky, solve,
-// triangular_solve; docs/numerics.md. Include it beside dax.hpp; the program links ScaLAPACK
+// triangular_solve, inv, slogdet / det, eigh, qr, svd, norm; docs/numerics.md. Include it beside dax.hpp; the program links ScaLAPACK
 // (CMake: dax::linalg; by hand: -lscalapack-openmpi).
 #pragma once
 

@@ -29,7 +29,12 @@ def mix64(z):
 
 def checksum(a):
     """docs/reliability.md's definition, written again in Python: sum of mix64(bits + index * step)."""
-    words = a.reshape(-1).view({1: np.uint8, 4: np.uint32, 8: np.uint64}[a.itemsize])
+    flat = a.reshape(-1)
+    if a.itemsize == 16:  # complex128: the low word plus mix64 of the high one
+        halves = flat.view(np.uint64).reshape(-1, 2)
+        words = [(int(lo) + mix64(int(hi))) & MASK for lo, hi in halves]
+    else:
+        words = flat.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
     return sum(mix64((int(b) + i * 0x9E3779B97F4A7C15) & MASK) for i, b in enumerate(words)) & MASK
 
 

@@ -20,19 +20,11 @@ using dax::P;
 using dax::Shape;
 using dax::test::host;
 using dax::test::Pick;
+using dax::test::random_complex;
 using dax::test::random_mesh;
 using dax::test::random_sharding;
 
 namespace {
-
-template <class C>
-std::vector<C> random_complex(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<typename C::value_type> u(-1, 1);
-  std::vector<C> v(static_cast<size_t>(n));
-  for (auto& z : v) z = C(u(rng), u(rng));
-  return v;
-}
 
 /// Small Gaussian integers: sums and products of a few of them are exact in either precision, so
 /// any grouping of a sum gives the same bits.

@@ -19,6 +19,7 @@ using dax::Shape;
 using dax::fft::Norm;
 using dax::fft::Output;
 using dax::test::Pick;
+using dax::test::random_complex;
 using dax::test::random_mesh;
 using dax::test::random_sharding;
 using Z = std::complex<double>;
@@ -59,15 +60,6 @@ std::vector<Z> dftn(std::vector<Z> x, const Shape& shape, const std::vector<int>
   const double f = norm_factor(norm, sign < 0, points);
   for (auto& z : x) z *= f;
   return x;
-}
-
-template <class C>
-std::vector<C> random_complex(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<typename C::value_type> u(-1, 1);
-  std::vector<C> v(static_cast<size_t>(n));
-  for (auto& z : v) z = C(u(rng), u(rng));
-  return v;
 }
 
 template <class T>

@@ -51,6 +51,16 @@ std::vector<T> random_values(int64_t n, std::mt19937& rng) {
   return v;
 }
 
+/// n complex numbers with parts uniform in [-1, 1), from `seed` (C: std::complex<float | double>).
+template <class C>
+std::vector<C> random_complex(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<typename C::value_type> u(-1, 1);
+  std::vector<C> v(static_cast<size_t>(n));
+  for (auto& z : v) z = C(u(rng), u(rng));
+  return v;
+}
+
 /// n floats uniform in [-1, 1), from `seed`: fresh inputs for tests that compare with a tolerance.
 inline std::vector<float> uniform_values(int64_t n, unsigned seed) {
   std::mt19937 rng(seed);

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include <dax/linalg.hpp>
@@ -354,6 +355,42 @@ TEST_CASE("gradients of inv and eigh equal central differences", "[linalg][autod
   }
 }
 
+TEST_CASE("larger matrices: several block cycles per process, 64-row blocks, out shardings", "[linalg]") {
+  const int world = dax::test::world_size();
+  const Mesh line(Shape{world}, {"x"});
+  const Mesh grid(world >= 4 ? Shape{2, world / 2} : Shape{1, world}, {"x", "y"});
+  for (int64_t n : {33, 65, 130}) {
+    const Mesh& mesh = n == 65 ? grid : line;
+    const NamedSharding rows(mesh, P("x")), cols(mesh, P(dax::none, mesh.axis_names().back()));
+    INFO("n " << n << " " << dax::to_string(mesh));
+    const auto a = spd(n, 200 + unsigned(n));
+    const auto b = random_matrix(n, 2, 300 + unsigned(n));
+    const auto da = dax::device_put(a, {n, n}, rows);
+    const auto db = dax::device_put(b, {n, 2}, rows);
+    const double tol = 1e-11 * double(n);
+    CHECK(relative_error(host(dax::linalg::cholesky(da)), host_cholesky(a, n)) <= tol);
+    const auto x = dax::linalg::solve(da, db, cols);
+    CHECK(x.sharding() == cols);
+    CHECK(relative_error(host(x), host_solve(a, b, n, 2)) <= tol);
+    const auto ai = dax::linalg::inv(da, cols);
+    CHECK(ai.sharding() == cols);
+    std::vector<double> eye(n * n, 0.0);
+    for (int64_t i = 0; i < n; ++i) eye[i * n + i] = 1;
+    CHECK(relative_error(host(ai), host_solve(a, eye, n, n)) <= tol);
+    const auto e = dax::linalg::eigh(da, cols);
+    CHECK(e.eigenvectors.sharding() == cols);
+    const auto w = host(e.eigenvalues), v = host(e.eigenvectors);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double av = 0;
+        for (int64_t l = 0; l < n; ++l) av += a[i * n + l] * v[l * n + j];
+        worst = std::max(worst, std::abs(av - v[i * n + j] * w[j]));
+      }
+    CHECK(worst <= tol * w.back());
+  }
+}
+
 TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
   const int world = dax::test::world_size();
   const Mesh mesh(Shape{world}, {"x"});
@@ -370,4 +407,14 @@ TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
         "cholesky: expected a square matrix, got shape (4, 5)");
   CHECK(dax::test::error_of([&] { (void)dax::linalg::solve(zeros, dax::ones<double>({5}, rows)); }) ==
         "solve: a is (6, 6) but b has 5 rows (expected 6)");
+  const Mesh other(Shape{world}, {"y"});
+  CHECK(dax::test::error_of([&] {
+          (void)dax::linalg::triangular_solve(zeros, dax::ones<double>({n}, NamedSharding(other, P("y"))));
+        }) == "triangular_solve: a and b are on different meshes: " + dax::to_string(mesh) + " and " +
+                  dax::to_string(other));
+  // A singular matrix has no log-determinant: sign 0 and -inf, as NumPy says, on every rank.
+  const auto s = dax::linalg::slogdet(zeros);
+  CHECK(host(s.sign)[0] == 0.0);
+  CHECK(host(s.logabsdet)[0] == -std::numeric_limits<double>::infinity());
+  CHECK(host(dax::linalg::det(zeros))[0] == 0.0);
 }

@@ -8,6 +8,8 @@
 
 #include <dax/fft/fft_rule.hpp>
 
+#include <dax/linalg/block_cyclic.hpp>
+
 #include "../common/meshes.hpp"
 
 using dax::NamedSharding;
@@ -23,11 +25,14 @@ TEST_CASE("fft_rule: every axis once, whole where it is transformed, halved axis
       const Shape shape(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(ndim));
       for (const auto& s : dax::test::all_shardings(mesh, ndim, true)) {
         for (unsigned mask = 1; mask < (1u << ndim); ++mask) {
-          std::vector<int> axes;
+          std::vector<int> ascending;
           for (size_t d = 0; d < ndim; ++d)
-            if (mask & (1u << d)) axes.push_back(static_cast<int>(d));
+            if (mask & (1u << d)) ascending.push_back(static_cast<int>(d));
+          for (bool reversed : {false, true})  // the halved axis is the last named, in any order
           for (FftKind kind : {FftKind::c2c, FftKind::r2c, FftKind::c2r}) {
             for (bool transposed : {false, true}) {
+              std::vector<int> axes = ascending;
+              if (reversed) std::reverse(axes.begin(), axes.end());
               ++cases;
               INFO(dax::to_string(s) << " mask " << mask << " kind " << int(kind) << " transposed " << transposed);
               const auto rule = dax::detail::fft_rule(shape, s, axes, kind, transposed);
@@ -49,7 +54,7 @@ TEST_CASE("fft_rule: every axis once, whole where it is transformed, halved axis
                 }
               }
               std::sort(seen.begin(), seen.end());
-              CHECK(seen == axes);
+              CHECK(seen == ascending);
               if (kind == FftKind::c2c) CHECK(halving_stage == -1);
               if (kind == FftKind::r2c) CHECK(halving_stage == 0);
               if (kind == FftKind::c2r) CHECK(halving_stage == int(rule.stages.size()) - 1);
@@ -88,4 +93,32 @@ TEST_CASE("fft_rule: a slab moves its mesh axis to the largest other dimension, 
   // A 1-D array split over its only axis has nowhere to put the mesh axis: gathered.
   const auto line1 = dax::detail::fft_rule({10}, NamedSharding(line, dax::P("x")), {0}, FftKind::c2c, false);
   CHECK(line1.stages.back().layout == NamedSharding(line, dax::P()));
+}
+
+TEST_CASE("block-cyclic index math: every row once, where numroc says", "[linalg][rule]") {
+  for (int64_t n : {0, 1, 5, 63, 64, 65, 130, 200})
+    for (int64_t nb : {1, 2, 16, 64})
+      for (int p = 1; p <= 8; ++p) {
+        INFO("n " << n << " nb " << nb << " p " << p);
+        std::vector<int64_t> count(p, 0), next(p, 0);
+        for (int64_t i = 0; i < n; ++i) {
+          const int owner = dax::detail::block_owner(i, nb, p);
+          CHECK(dax::detail::block_local(i, nb, p) == next[owner]++);  // local rows fill in order
+          ++count[owner];
+        }
+        int64_t total = 0;
+        for (int q = 0; q < p; ++q) {
+          CHECK(dax::detail::block_count(n, nb, q, p) == count[q]);
+          total += count[q];
+        }
+        CHECK(total == n);
+      }
+  for (int devices = 1; devices <= 16; ++devices) {
+    const auto g = dax::detail::process_grid(devices);
+    CHECK(g.rows * g.cols == devices);
+    CHECK(g.rows <= g.cols);
+  }
+  CHECK(dax::detail::process_grid(12).rows == 3);
+  CHECK(dax::detail::block_size(8192, {1, 2}) == 64);
+  CHECK(dax::detail::block_size(19, {1, 1}) == 16);
 }

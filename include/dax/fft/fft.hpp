@@ -79,6 +79,7 @@ template <class Out, class In>
 DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector<int>& axes, FftKind kind,
                        bool forward, fft::Norm norm, fft::Output output, const Shape& out_shape) {
   const ProfiledOp profiled(op, x);
+  no_gradient(op, x);  // the transforms have no VJP yet (complex cotangents): never a silent zero
   const FftRule rule = fft_rule(x.shape(), x.sharding(), axes, kind, output == fft::Output::transposed);
   const int halved = kind == FftKind::c2c ? -1 : axes.back();
   double points = 1;  // the logical length of the transform: the real side's along the halved axis
@@ -200,8 +201,10 @@ DistArray<R> irfft(const DistArray<std::complex<R>>& x, int64_t n = -1, int axis
   return irfftn(x, n < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{n}, {axis}, norm);
 }
 
-/// Which FFTW planner makes a geometry's plan the first time: measure (default: trial runs, faster
-/// transforms) or estimate (at once). Plans already made are kept.
+/// Which FFTW planner makes a geometry's plan the first time: estimate (the default: at once, and
+/// the same plan on every rank, so replicated results stay bit-identical across their copies) or
+/// measure (trial runs: often faster transforms, but each rank times its own, so copies of a
+/// replicated result may differ in the last bits). Plans already made are kept.
 inline void set_planning(detail::cpu::FftPlanning planning) { detail::cpu::fft_planning() = planning; }
 using Planning = detail::cpu::FftPlanning;
 

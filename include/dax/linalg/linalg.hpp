@@ -56,23 +56,34 @@ struct BlacsGrid {
   CyclicView transposed() const { return {shape.cols, shape.rows, col, row, false}; }
 };
 
-inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
+/// The grids made so far, by mesh, for the live runtime (emptied, their BLACS grids exited, when it
+/// shuts down: the group communicators they use go with it).
+inline std::map<std::string, std::unique_ptr<BlacsGrid>>& blacs_grids() {
   static std::map<std::string, std::unique_ptr<BlacsGrid>> grids;
-  const std::string key = to_string(mesh);
-  auto& g = grids[key];
+  return grids;
+}
+
+inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
+  // Checked on every call: a meta runtime opened after a real one must not reach a cached grid.
+  DAX_CHECK(!dev::on_gpu() && !dev::on_meta(),
+            "dax::linalg: runs on the CPU backend (ScaLAPACK); this runtime's backend has no solver yet");
+  auto& grids = blacs_grids();
+  auto& g = grids[to_string(mesh)];
   if (!g) {
-    DAX_CHECK(!dev::on_gpu() && !dev::on_meta(),
-              "dax::linalg: runs on the CPU backend (ScaLAPACK); this runtime's backend has no solver yet");
+    if (grids.size() == 1)
+      Runtime::current().at_shutdown([] {
+        for (auto& [key, grid] : blacs_grids()) {
+          Cblacs_gridexit(grid->context);
+          Cblacs_gridexit(grid->context_t);
+        }
+        blacs_grids().clear();
+      });
     auto made = std::make_unique<BlacsGrid>();
-    made->axes_text = "(";
-    for (size_t a = 0; a < mesh.axis_names().size(); ++a) {
-      made->axes.push_back(static_cast<int>(a));
-      made->axes_text += cat(a ? ", '" : "'", mesh.axis_names()[a], "'");
-    }
-    made->axes_text += mesh.axis_names().size() == 1 ? ",)" : ")";
+    for (size_t a = 0; a < mesh.axis_names().size(); ++a) made->axes.push_back(static_cast<int>(a));
     made->group = &Runtime::current().group(mesh, made->axes);
     auto* mpi = dynamic_cast<MpiCommunicator*>(made->group);
     DAX_CHECK(mpi != nullptr, "dax::linalg: the mesh's communicator is not an MPI one (ScaLAPACK needs MPI)");
+    made->axes_text = mpi->name();
     made->shape = process_grid(made->group->size());
     made->context = Csys2blacs_handle(mpi->native());
     Cblacs_gridinit(&made->context, "Row", made->shape.rows, made->shape.cols);
@@ -83,6 +94,16 @@ inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
     g = std::move(made);
   }
   return *g;
+}
+
+/// `value` (a size ScaLAPACK takes as an int: a local piece's elements, a workspace) checked on
+/// every rank of the grid: the largest over the ranks, so that all of them throw or none does.
+inline int int_size(const BlacsGrid& grid, int64_t value, const char* op, const char* what) {
+  int64_t largest = value;
+  grid.group->all_reduce(nullptr, &largest, 1, DType::int64, ReduceOp::max);
+  DAX_CHECK(largest <= int64_t(INT32_MAX), op, ": ", what, " of ", largest,
+            " elements on one rank is more than ScaLAPACK's 32-bit sizes take (2^31 - 1); use more ranks");
+  return static_cast<int>(value);
 }
 
 /// This rank's block-cyclic piece of an (m, n) matrix dealt as `view` says: row-major (`ld`
@@ -233,6 +254,7 @@ template <class T>
 CyclicPiece<T> to_cyclic(const DistArray<T>& x, const BlacsGrid& grid, const CyclicView& view, bool row_major,
                          int context, int64_t nb, const char* op) {
   CyclicPiece<T> piece = empty_piece<T>(x.shape()[0], x.shape()[1], view, row_major, context, nb, op);
+  (void)int_size(grid, piece.rows * piece.cols, op, "a block-cyclic piece");
   const DistArray<T> rows = reshard(x, rows_over_mesh(x.sharding().mesh()));
   cyclic_exchange(grid, const_cast<T*>(rows.local_data().data()), piece, true);
   return piece;
@@ -253,6 +275,31 @@ inline int agreed_info(const BlacsGrid& grid, int info) {
   int64_t v = info;
   grid.group->all_reduce(nullptr, &v, 1, DType::int64, ReduceOp::max);
   return static_cast<int>(v);
+}
+
+/// b fits a square a as a right-hand side: rank 1 or 2, as many rows, the same mesh.
+template <class T>
+void check_rhs(const DistArray<T>& a, const DistArray<T>& b, const char* op) {
+  DAX_CHECK(b.ndim() == 1 || b.ndim() == 2, op, ": expected b of rank 1 or 2, got shape ", to_string(b.shape()));
+  DAX_CHECK(b.shape()[0] == a.shape()[0], op, ": a is ", to_string(a.shape()), " but b has ", b.shape()[0],
+            " rows (expected ", a.shape()[0], ")");
+  DAX_CHECK(a.sharding().mesh() == b.sharding().mesh(), op, ": a and b are on different meshes: ",
+            to_string(a.sharding().mesh()), " and ", to_string(b.sharding().mesh()));
+}
+
+/// A^T's LU over the transposed grid, in place in `pa` (A's row-major pieces); the pivots of A^T's
+/// local rows. A singular matrix is an error naming `op` when `singular_fails`.
+template <class T>
+std::vector<int> lu_of_transpose(const BlacsGrid& grid, CyclicPiece<T>& pa, const char* op, bool singular_fails) {
+  const int n = int(pa.m), one = 1;
+  std::vector<int> pivots(pa.cols + pa.nb);  // A^T's local rows are A's local columns
+  int info = 0;
+  cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
+  info = agreed_info(grid, info);
+  DAX_CHECK(info >= 0, op, ": ScaLAPACK's p?getrf refused argument ", -info);
+  DAX_CHECK(info == 0 || !singular_fails, op, ": the matrix is singular (U(", info, ", ", info,
+            ") of its LU factorization is zero)");
+  return pivots;
 }
 
 template <class T>
@@ -291,11 +338,7 @@ template <class T>
 DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("solve", a, b);
   detail::check_square(a, "solve");
-  DAX_CHECK(b.ndim() == 1 || b.ndim() == 2, "solve: expected b of rank 1 or 2, got shape ", to_string(b.shape()));
-  DAX_CHECK(b.shape()[0] == a.shape()[0], "solve: a is ", to_string(a.shape()), " but b has ", b.shape()[0],
-            " rows (expected ", a.shape()[0], ")");
-  DAX_CHECK(a.sharding().mesh() == b.sharding().mesh(), "solve: a and b are on different meshes: ",
-            to_string(a.sharding().mesh()), " and ", to_string(b.sharding().mesh()));
+  detail::check_rhs(a, b, "solve");
   const NamedSharding target = out ? *out : detail::with_unreduced_axes(b.sharding(), b.ndim(), {});
   const bool vector = b.ndim() == 1;
   const DistArray<T> bm = vector ? reshape(b, {b.shape()[0], 1}) : b;
@@ -308,13 +351,9 @@ DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::opti
   // b column-major over the same grid.
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "solve");
   auto pb = detail::to_cyclic(bm, grid, grid.transposed(), false, grid.context_t, nb, "solve");
+  const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "solve", true);
   const int n = int(pa.m), k = int(pb.n), one = 1;
-  std::vector<int> pivots(pa.cols + nb);  // A^T's local rows are A's local columns
   int info = 0;
-  detail::cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
-  info = detail::agreed_info(grid, info);
-  DAX_CHECK(info <= 0, "solve: the matrix is singular (U(", info, ", ", info, ") of its LU factorization is zero)");
-  DAX_CHECK(info == 0, "solve: ScaLAPACK's p?getrf refused argument ", -info);
   detail::cpu::Scalapack<T>::getrs("T", &n, &k, pa.data(), &one, &one, pa.desc, pivots.data(), pb.data(),
                                    &one, &one, pb.desc, &info);
   DAX_CHECK(info == 0, "solve: ScaLAPACK's p?getrs refused argument ", -info);
@@ -341,10 +380,7 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
                               const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("triangular_solve", a, b);
   detail::check_square(a, "triangular_solve");
-  DAX_CHECK(b.ndim() == 1 || b.ndim() == 2, "triangular_solve: expected b of rank 1 or 2, got shape ",
-            to_string(b.shape()));
-  DAX_CHECK(b.shape()[0] == a.shape()[0], "triangular_solve: a is ", to_string(a.shape()), " but b has ",
-            b.shape()[0], " rows (expected ", a.shape()[0], ")");
+  detail::check_rhs(a, b, "triangular_solve");
   const NamedSharding target = out ? *out : detail::with_unreduced_axes(b.sharding(), b.ndim(), {});
   const bool vector = b.ndim() == 1;
   const DistArray<T> bm = vector ? reshape(b, {b.shape()[0], 1}) : b;
@@ -437,17 +473,15 @@ DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out 
   // inv(A^T) = inv(A)^T: A^T inverted over the transposed grid reads back row-major as inv(A).
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
                               "inv");
+  const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "inv", true);
   const int n = int(pa.m), one = 1;
-  std::vector<int> pivots(pa.cols + pa.nb);
   int info = 0;
-  detail::cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
-  info = detail::agreed_info(grid, info);
-  DAX_CHECK(info <= 0, "inv: the matrix is singular (U(", info, ", ", info, ") of its LU factorization is zero)");
   T work_size = 0;
   int iwork_size = 0, query = -1;
   detail::cpu::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size,
                                    &query, &info);
-  const int lwork = int(work_size) + 1, liwork = std::max(iwork_size, 1);
+  const int lwork = detail::int_size(grid, int64_t(work_size) + 1, "inv", "a workspace");
+  const int liwork = std::max(iwork_size, 1);
   std::vector<T> work(lwork);
   std::vector<int> iwork(liwork);
   detail::cpu::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), work.data(), &lwork,
@@ -485,10 +519,7 @@ SignLogDet<T> slogdet(const DistArray<T>& a) {
   // det(A^T) = det(A): A^T's LU over the transposed grid.
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
                               "slogdet");
-  const int n = int(pa.m), one = 1;
-  std::vector<int> pivots(pa.cols + pa.nb);
-  int info = 0;
-  detail::cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
+  const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "slogdet", false);
   // This rank's diagonal of U (each entry on exactly one rank) and, on one grid row, its share of
   // the row swaps (A^T's pivots, one per local row of A^T, i.e. per local column of A here).
   double log_sum = 0;
@@ -557,13 +588,15 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a block.
   const int64_t np = pa.cols, nq = pa.rows;
   const int64_t documented = std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
-  const int lwork = int(std::max<int64_t>(int64_t(work_size), documented) + n * nb), liwork = std::max(iwork_size, 1);
+  const int lwork = detail::int_size(grid, std::max<int64_t>(int64_t(work_size), documented) + n * nb, "eigh", "a workspace");
+  const int liwork = std::max(iwork_size, 1);
   std::vector<T> work(lwork);
   std::vector<int> iwork(liwork);
   detail::cpu::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
                                    pz.desc, work.data(), &lwork, iwork.data(), &liwork, &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?syevd did not converge (info ", info, ")");
+  grid.group->broadcast(w.data(), n, dtype_v<T>, 0);  // one copy's bits on every device
   DistArray<T> values = device_put(w, {n}, replicated);
   DistArray<T> vectors = detail::from_cyclic(pz, grid, mesh, target);
   // The pullbacks (for a read from the lower triangle, as cholesky's): with G = V (diag(gw) +
@@ -625,7 +658,7 @@ QR<T> qr(const DistArray<T>& a) {
   int info = 0;
   T work_size = 0;
   detail::cpu::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
-  std::vector<T> work(int64_t(work_size) + 1 + nb * nb);
+  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"));
   int lwork = int(work.size());
   detail::cpu::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?gelqf failed (info ", info, ")");
@@ -638,7 +671,7 @@ QR<T> qr(const DistArray<T>& a) {
       if (factors.global_col(c) < factors.global_row(r)) factors.at(r, c) = T(0);
   DistArray<T> r = slice(detail::from_cyclic(factors, grid, mesh, rows), {0, 0}, {k, n});
   detail::cpu::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
-  work.resize(std::max<size_t>(work.size(), size_t(work_size) + 1 + nb * nb));
+  work.resize(std::max<size_t>(work.size(), size_t(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"))));
   lwork = int(work.size());
   detail::cpu::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?orglq failed (info ", info, ")");
@@ -677,12 +710,13 @@ SVD<T> svd(const DistArray<T>& a) {
   T work_size = 0;
   detail::cpu::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
                                    &one, pv.desc, pu.data(), &one, &one, pu.desc, &work_size, &query, &info);
-  std::vector<T> work(int64_t(work_size) + 1 + nb * nb);
+  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "svd", "a workspace"));
   const int lwork = int(work.size());
   detail::cpu::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
                                    &one, pv.desc, pu.data(), &one, &one, pu.desc, work.data(), &lwork, &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info == 0, "svd: ScaLAPACK's p?gesvd did not converge (info ", info, ")");
+  grid.group->broadcast(sv.data(), k, dtype_v<T>, 0);  // one copy's bits on every device
   return {detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
           detail::from_cyclic(pv, grid, mesh, rows)};
 }
@@ -693,7 +727,13 @@ template <class T>
   requires std::is_same_v<T, float> || std::is_same_v<T, double>
 DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
   DAX_CHECK(a.ndim() == 1 || a.ndim() == 2, "norm: expected a vector or a matrix, got shape ", to_string(a.shape()));
-  if (a.ndim() == 1 || ord == "fro") return sqrt(sum(a * a));
+  if (a.ndim() == 1) {  // vectors: "2" (the default "fro" reads as it), "1", "inf"
+    if (ord == "1") return sum(abs(a));
+    if (ord == "inf") return max(abs(a));
+    DAX_CHECK(ord == "fro" || ord == "2", "norm: a vector's ord must be \"2\", \"1\" or \"inf\", got \"", ord, "\"");
+    return sqrt(sum(a * a));
+  }
+  if (ord == "fro") return sqrt(sum(a * a));
   if (ord == "1") return max(sum(abs(a), {0}));
   if (ord == "inf") return max(sum(abs(a), {1}));
   if (ord == "2") return max(svd(a).s);  // the largest singular value

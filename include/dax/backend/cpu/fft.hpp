@@ -23,12 +23,13 @@
 namespace dax::detail::cpu {
 
 /// Which FFTW planner runs the first time a geometry is seen: estimate (no trial runs: the plan at
-/// once) or measure (FFTW times a few algorithms on scratch arrays; slower to plan, often faster to
-/// run). dax::fft::set_planning picks it; measure is the default, as FFTW's MPI programs use.
+/// once, chosen by the geometry alone, so the same on every rank) or measure (FFTW times a few
+/// algorithms on scratch arrays; slower to plan, often faster to run, but chosen per rank).
+/// dax::fft::set_planning picks it; estimate is the default (docs/numerics.md).
 enum class FftPlanning { estimate, measure };
 
 inline FftPlanning& fft_planning() {
-  static FftPlanning p = FftPlanning::measure;
+  static FftPlanning p = FftPlanning::estimate;
   return p;
 }
 
