@@ -327,6 +327,31 @@ DistArray<T> as_matrix(const DistArray<T>& b) {
   return b.ndim() == 1 ? reshape(b, {b.shape()[0], 1}) : b;
 }
 
+
+
+/// The part solve and triangular_solve share: a and b checked, a dealt as A^T over the transposed
+/// grid and b column-major over the same grid, `kernel(pa, pb)` run on them (it leaves x in pb),
+/// x brought back in `out` (default: b's sharding), as a vector when b was one.
+template <class T, class Kernel>
+DistArray<T> solve_like(const char* op, const DistArray<T>& a, const DistArray<T>& b,
+                        const std::optional<NamedSharding>& out, Kernel&& kernel) {
+  check_square(a, op);
+  check_rhs(a, b, op);
+  const NamedSharding target = out ? *out : with_unreduced_axes(b.sharding(), b.ndim(), {});
+  const bool vector = b.ndim() == 1;
+  const DistArray<T> bm = vector ? reshape(b, {b.shape()[0], 1}) : b;
+  const Mesh& mesh = a.sharding().mesh();
+  if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(b.shape(), target, nullptr);
+  if (a.shape()[0] == 0 || bm.shape()[1] == 0) return reshard(b, target);
+  const auto& grid = blacs_grid(mesh);
+  const int64_t nb = block_size(a.shape()[0], grid.shape);
+  auto pa = to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, op);
+  auto pb = to_cyclic(bm, grid, grid.transposed(), false, grid.context_t, nb, op);
+  kernel(grid, pa, pb);
+  const DistArray<T> x = from_cyclic(pb, grid, mesh, vector ? rows_over_mesh(mesh) : target);
+  return vector ? reshard(reshape(x, {x.shape()[0]}), target) : x;
+}
+
 }  // namespace dax::detail
 
 namespace dax::linalg {
@@ -337,29 +362,15 @@ template <class T>
   requires std::is_same_v<T, float> || std::is_same_v<T, double>
 DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("solve", a, b);
-  detail::check_square(a, "solve");
-  detail::check_rhs(a, b, "solve");
-  const NamedSharding target = out ? *out : detail::with_unreduced_axes(b.sharding(), b.ndim(), {});
-  const bool vector = b.ndim() == 1;
-  const DistArray<T> bm = vector ? reshape(b, {b.shape()[0], 1}) : b;
-  const Mesh& mesh = a.sharding().mesh();
-  if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(b.shape(), target, nullptr);
-  if (a.shape()[0] == 0 || bm.shape()[1] == 0) return reshard(b, target);
-  const auto& grid = detail::blacs_grid(mesh);
-  const int64_t nb = detail::block_size(a.shape()[0], grid.shape);
-  // A^T (A's row-major pieces) factored over the transposed grid, then A x = b as (A^T)^T x = b;
-  // b column-major over the same grid.
-  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "solve");
-  auto pb = detail::to_cyclic(bm, grid, grid.transposed(), false, grid.context_t, nb, "solve");
-  const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "solve", true);
-  const int n = int(pa.m), k = int(pb.n), one = 1;
-  int info = 0;
-  detail::cpu::Scalapack<T>::getrs("T", &n, &k, pa.data(), &one, &one, pa.desc, pivots.data(), pb.data(),
-                                   &one, &one, pb.desc, &info);
-  DAX_CHECK(info == 0, "solve: ScaLAPACK's p?getrs refused argument ", -info);
-  const NamedSharding mat_target = vector ? detail::rows_over_mesh(mesh) : target;
-  DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target);
-  if (vector) x = reshard(reshape(x, {x.shape()[0]}), target);
+  // A^T factored, then A x = b as (A^T)^T x = b.
+  DistArray<T> x = detail::solve_like("solve", a, b, out, [](const auto& grid, auto& pa, auto& pb) {
+    const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "solve", true);
+    const int n = int(pa.m), k = int(pb.n), one = 1;
+    int info = 0;
+    detail::cpu::Scalapack<T>::getrs("T", &n, &k, pa.data(), &one, &one, pa.desc, pivots.data(), pb.data(), &one,
+                                     &one, pb.desc, &info);
+    DAX_CHECK(detail::agreed_info(grid, info) == 0, "solve: ScaLAPACK's p?getrs refused argument ", -info);
+  });
   // The pullback: b's cotangent solves a^T gb = g, a's is -gb x^T.
   detail::record("solve", x, [&](auto need) {
     return [need, a, x](const DistArray<T>& g) {
@@ -379,26 +390,13 @@ template <class T>
 DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool lower = true,
                               const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("triangular_solve", a, b);
-  detail::check_square(a, "triangular_solve");
-  detail::check_rhs(a, b, "triangular_solve");
-  const NamedSharding target = out ? *out : detail::with_unreduced_axes(b.sharding(), b.ndim(), {});
-  const bool vector = b.ndim() == 1;
-  const DistArray<T> bm = vector ? reshape(b, {b.shape()[0], 1}) : b;
-  const Mesh& mesh = a.sharding().mesh();
-  if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(b.shape(), target, nullptr);
-  if (a.shape()[0] == 0 || bm.shape()[1] == 0) return reshard(b, target);
-  const auto& grid = detail::blacs_grid(mesh);
-  const int64_t nb = detail::block_size(a.shape()[0], grid.shape);
-  // A^T over the transposed grid (its triangle flipped), solved transposed.
-  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "triangular_solve");
-  auto pb = detail::to_cyclic(bm, grid, grid.transposed(), false, grid.context_t, nb, "triangular_solve");
-  const int n = int(pa.m), k = int(pb.n), one = 1;
-  const T alpha = 1;
-  detail::cpu::Scalapack<T>::trsm("L", lower ? "U" : "L", "T", "N", &n, &k, &alpha, pa.data(), &one, &one,
-                                  pa.desc, pb.data(), &one, &one, pb.desc);
-  const NamedSharding mat_target = vector ? detail::rows_over_mesh(mesh) : target;
-  DistArray<T> x = detail::from_cyclic(pb, grid, mesh, mat_target);
-  if (vector) x = reshard(reshape(x, {x.shape()[0]}), target);
+  // A^T (its triangle flipped) solved transposed.
+  DistArray<T> x = detail::solve_like("triangular_solve", a, b, out, [lower](const auto&, auto& pa, auto& pb) {
+    const int n = int(pa.m), k = int(pb.n), one = 1;
+    const T alpha = 1;
+    detail::cpu::Scalapack<T>::trsm("L", lower ? "U" : "L", "T", "N", &n, &k, &alpha, pa.data(), &one, &one, pa.desc,
+                                    pb.data(), &one, &one, pb.desc);
+  });
   // The pullback: b's cotangent solves T^T gb = g (a^T's other triangle), a's is -gb x^T on the
   // triangle that was read.
   detail::record("triangular_solve", x, [&](auto need) {
