@@ -229,3 +229,25 @@ TEST_CASE("fft's errors name what was expected and what came", "[fft]") {
   CHECK(dax::test::error_of([&] { (void)dax::fft::irfft(z, 12); }) ==
         "irfftn: an output 12 long along axis 1 needs 7 input values there, got 5");
 }
+
+TEST_CASE("copies of a replicated result are bit-identical (their plans are not timed per rank)", "[fft]") {
+  const int n = dax::test::world_size();
+  if (n < 2) return;  // no copies at one rank
+  const Mesh mesh(Shape{n / 2, 2}, {"x", "y"});  // every piece held by the two devices along 'y'
+  if (dax::test::world_rank() >= 2 * (n / 2)) {  // outside the mesh (3 ranks): the collective below only
+    std::vector<uint64_t> all(static_cast<size_t>(n));
+    uint64_t none = 0;
+    MPI_Allgather(&none, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    return;
+  }
+  const Shape shape{12, 96};
+  const auto x = dax::device_put(random_complex<Z>(12 * 96, 41), shape, NamedSharding(mesh, P("x")));
+  const auto y = dax::fft::fftn(x, {1});  // the whole of axis 1 on each device, copies along 'y'
+  const auto local = y.local_to_host();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the piece's bytes
+  for (size_t i = 0; i < local.size() * sizeof(Z); ++i) h = (h ^ reinterpret_cast<const unsigned char*>(local.data())[i]) * 1099511628211ull;
+  std::vector<uint64_t> all(static_cast<size_t>(n));
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  const int me = dax::test::world_rank(), partner = me ^ 1;  // mesh (i, j) is device 2 i + j
+  CHECK(all[me] == all[partner]);
+}

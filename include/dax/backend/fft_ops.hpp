@@ -26,26 +26,31 @@ inline void no_fft_on_gpu() {
   DAX_CHECK(!on_gpu(), "dax::fft: the CUDA backend has no FFT yet (cuFFT is planned); run with DAX_BACKEND=cpu");
 }
 
+/// `replicated`: other devices hold copies of this piece (their results must round alike).
 template <class R>
 void fft_c2c(const std::complex<R>* in, std::complex<R>* out, const Shape& shape, const std::vector<int>& axes,
-             bool forward) {
+             bool forward, bool replicated) {
   if (skip_fft_on_meta(shape)) return;
   no_fft_on_gpu();
+  const cpu::FftPlanningScope planning(replicated);
   cpu::fft_c2c(in, out, shape, axes, forward);
 }
 
 template <class R>
 void fft_r2c(const R* in, const Shape& in_shape, std::complex<R>* out, const Shape& out_shape,
-             const std::vector<int>& axes) {
+             const std::vector<int>& axes, bool replicated) {
   if (skip_fft_on_meta(in_shape)) return;
   no_fft_on_gpu();
+  const cpu::FftPlanningScope planning(replicated);
   cpu::fft_r2c(in, in_shape, out, out_shape, axes);
 }
 
 template <class R>
-void fft_c2r(std::complex<R>* in, const Shape& in_shape, R* out, const Shape& out_shape, const std::vector<int>& axes) {
+void fft_c2r(std::complex<R>* in, const Shape& in_shape, R* out, const Shape& out_shape, const std::vector<int>& axes,
+             bool replicated) {
   if (skip_fft_on_meta(out_shape)) return;
   no_fft_on_gpu();
+  const cpu::FftPlanningScope planning(replicated);
   cpu::fft_c2r(in, in_shape, out, out_shape, axes);
 }
 

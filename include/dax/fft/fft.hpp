@@ -58,16 +58,20 @@ DistArray<Out> fft_stage(const DistArray<In>& x, const FftStage& stage, const Sh
   for (int a : stage.axes)
     if (a != halved || !stage.halves) axes.push_back(a);
   if (stage.halves) axes.push_back(halved);
+  // Other devices hold copies of this piece when some mesh axis of more than one device splits nothing.
+  bool replicated = false;
+  for (int m = 0; m < static_cast<int>(layout.mesh().axis_names().size()); ++m)
+    replicated = replicated || (layout.mesh().axis_size(m) > 1 && !layout.splits(m));
   const In* in = x.local_data().data();
   if constexpr (std::is_same_v<In, Out>) {
-    dev::fft_c2c(in, out, in_local, axes, forward);
+    dev::fft_c2c(in, out, in_local, axes, forward, replicated);
   } else if constexpr (is_complex_v<Out>) {
-    dev::fft_r2c(in, in_local, out, out_local, axes);
+    dev::fft_r2c(in, in_local, out, out_local, axes, replicated);
   } else {  // FFTW's c2r overwrites its input: a copy of this rank's piece is given up instead
     const int64_t in_bytes = numel(in_local) * int64_t(sizeof(In));
     auto scratch = dev::allocate(in_bytes);
     dev::copy(scratch->data(), in, in_bytes);
-    dev::fft_c2r(static_cast<In*>(scratch->data()), in_local, out, out_local, axes);
+    dev::fft_c2r(static_cast<In*>(scratch->data()), in_local, out, out_local, axes, replicated);
   }
   dev::scale(out, numel(out_local), real_t<Out>(scale));
   return DistArray<Out>(out_shape, layout, std::move(buffer));
@@ -201,10 +205,11 @@ DistArray<R> irfft(const DistArray<std::complex<R>>& x, int64_t n = -1, int axis
   return irfftn(x, n < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{n}, {axis}, norm);
 }
 
-/// Which FFTW planner makes a geometry's plan the first time: estimate (the default: at once, and
-/// the same plan on every rank, so replicated results stay bit-identical across their copies) or
-/// measure (trial runs: often faster transforms, but each rank times its own, so copies of a
-/// replicated result may differ in the last bits). Plans already made are kept.
+/// Which FFTW planner makes a geometry's plan the first time: automatic (the default: measured
+/// trial runs, except for pieces that other devices hold copies of, whose plans are estimated so
+/// the copies stay bit-identical), estimate (at once, the same plan on every rank) or measure
+/// (always timed: copies of a replicated result may then differ in the last bits). Plans already
+/// made are kept.
 inline void set_planning(detail::cpu::FftPlanning planning) { detail::cpu::fft_planning() = planning; }
 using Planning = detail::cpu::FftPlanning;
 

@@ -22,16 +22,43 @@
 
 namespace dax::detail::cpu {
 
-/// Which FFTW planner runs the first time a geometry is seen: estimate (no trial runs: the plan at
-/// once, chosen by the geometry alone, so the same on every rank) or measure (FFTW times a few
-/// algorithms on scratch arrays; slower to plan, often faster to run, but chosen per rank).
-/// dax::fft::set_planning picks it; estimate is the default (docs/numerics.md).
-enum class FftPlanning { estimate, measure };
+/// Which FFTW planner runs the first time a geometry is seen. measure: FFTW times a few algorithms
+/// on scratch arrays (slower to plan, often much faster to run: 0.46x -> 1.65x of FFTW-MPI at 256^3,
+/// docs/numerics.md), but each rank picks its own plan, so two devices holding copies of one piece
+/// could round differently. estimate: the plan follows from the geometry alone, the same on every
+/// rank. automatic (the default): measure, except for a piece that other devices hold copies of
+/// (a layout that replicates over some mesh axis), which is estimated so the copies stay
+/// bit-identical. dax::fft::set_planning picks it.
+enum class FftPlanning { automatic, estimate, measure };
 
 inline FftPlanning& fft_planning() {
-  static FftPlanning p = FftPlanning::estimate;
+  static FftPlanning p = FftPlanning::automatic;
   return p;
 }
+
+/// The planner for the transform running now (set by FftPlanningScope around each local stage).
+inline FftPlanning& fft_planner_now() {
+  thread_local FftPlanning p = FftPlanning::estimate;
+  return p;
+}
+
+/// The planner for one local stage: the user's choice, or under automatic, estimate for a
+/// replicated piece and measure otherwise.
+class FftPlanningScope {
+ public:
+  explicit FftPlanningScope(bool replicated) : saved_(fft_planner_now()) {
+    const FftPlanning chosen = fft_planning();
+    fft_planner_now() = chosen != FftPlanning::automatic ? chosen
+                        : replicated                     ? FftPlanning::estimate
+                                                         : FftPlanning::measure;
+  }
+  ~FftPlanningScope() { fft_planner_now() = saved_; }
+  FftPlanningScope(const FftPlanningScope&) = delete;
+  FftPlanningScope& operator=(const FftPlanningScope&) = delete;
+
+ private:
+  FftPlanning saved_;
+};
 
 /// One local transform: lengths and strides (in elements of the input and output types) of the
 /// transformed axes, the same of the batch axes, and the direction.
@@ -108,7 +135,7 @@ class FftPlans {
   Plan find(int kind, const FftGeometry& g, const void* in, const void* out, int64_t in_bytes, int64_t out_bytes) {
     const int in_off = Fftw<R>::alignment_of(in), out_off = Fftw<R>::alignment_of(out);
     const bool in_place = in == out;  // FFTW runs a plan only on arrays as in place (or not) as its own
-    Key key{kind, g.sign, in_off, out_off, int(fft_planning()), in_place, int64_t(g.dims.size())};
+    Key key{kind, g.sign, in_off, out_off, int(fft_planner_now()), in_place, int64_t(g.dims.size())};
     for (const auto* list : {&g.dims, &g.batch})
       for (const auto& d : *list) key.insert(key.end(), {d.n, d.is, d.os});
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
@@ -118,7 +145,7 @@ class FftPlans {
     DAX_CHECK(a && b, "dax::fft: FFTW could not allocate ", in_bytes + out_bytes, " bytes of scratch to plan in");
     auto* in_s = static_cast<char*>(a.get()) + in_off;
     auto* out_s = in_place ? in_s : static_cast<char*>(b.get()) + out_off;
-    const unsigned flags = (fft_planning() == FftPlanning::measure ? FFTW_MEASURE : FFTW_ESTIMATE);
+    const unsigned flags = (fft_planner_now() == FftPlanning::measure ? FFTW_MEASURE : FFTW_ESTIMATE);
     using C = typename Fftw<R>::complex;
     Plan p = nullptr;
     if (kind == 0) p = Fftw<R>::c2c(g, reinterpret_cast<C*>(in_s), reinterpret_cast<C*>(out_s), flags);
