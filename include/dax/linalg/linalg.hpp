@@ -525,13 +525,12 @@ SignLogDet<T> slogdet(const DistArray<T>& a) {
   for (int64_t c = 0; c < pa.cols; ++c) {
     const int64_t j = pa.global_col(c);
     if (grid.row == 0 && pivots[c] != j + 1) ++counts[2];
-    for (int64_t r = 0; r < pa.rows; ++r)
-      if (pa.global_row(r) == j) {
-        const double u = double(pa.at(r, c));
-        if (u == 0) ++counts[1];
-        else log_sum += std::log(std::abs(u));
-        if (u < 0) ++counts[0];
-      }
+    if (detail::block_owner(j, pa.nb, pa.view.prows) == pa.view.myrow) {  // U(j, j) is here: at its local row, found by index math
+      const double u = double(pa.at(detail::block_local(j, pa.nb, pa.view.prows), c));
+      if (u == 0) ++counts[1];
+      else log_sum += std::log(std::abs(u));
+      if (u < 0) ++counts[0];
+    }
   }
   grid.group->all_reduce(nullptr, &log_sum, 1, DType::float64, detail::ReduceOp::sum);
   grid.group->all_reduce(nullptr, counts, 3, DType::int64, detail::ReduceOp::sum);
