@@ -133,7 +133,7 @@ TEST_CASE("an allocation that fails leaves the counters as they were and says wh
   struct Small {
     size_t held = 0;
     void* allocate(size_t bytes) {
-      DAX_CHECK(held + bytes <= 1000, "test memory: out of memory allocating ", bytes, " bytes");
+      if (held + bytes > 1000) dax::detail::fail_out_of_memory("test memory: out of memory allocating ", bytes, " bytes");
       held += bytes;
       return ::operator new(bytes);
     }
@@ -150,7 +150,7 @@ TEST_CASE("an allocation that fails leaves the counters as they were and says wh
   try {
     allocator->allocate(900);
     FAIL("900 bytes more fit in a memory of 1000");
-  } catch (const dax::Error& e) {
+  } catch (const dax::OutOfMemoryError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find("test memory: out of memory allocating 1024 bytes; dax held 512 bytes in use here (peak 768 "
@@ -164,4 +164,67 @@ TEST_CASE("an allocation that fails leaves the counters as they were and says wh
   CHECK(after.system_allocations == before.system_allocations);
   CHECK(after.bytes_cached == 0);
   allocator->deallocate(kept, 512);
+}
+
+TEST_CASE("out of memory, the allocator returns its cache and succeeds; other failures pass through", "[memory]") {
+  // A raw memory of 1500 bytes that can also be told to fail as a device would (not for lack of
+  // memory): that error must come through as it was, without a retry or the cache returned.
+  struct State {
+    size_t held = 0;
+    int calls = 0;
+    bool broken = false;
+  } state;
+  struct Small {
+    State* state;
+    void* allocate(size_t bytes) {
+      ++state->calls;
+      DAX_CHECK(!state->broken, "test memory: device lost");
+      if (state->held + bytes > 1500)
+        dax::detail::fail_out_of_memory("test memory: out of memory allocating ", bytes, " bytes");
+      state->held += bytes;
+      return ::operator new(bytes);
+    }
+    void deallocate(void* p, size_t bytes) {
+      state->held -= bytes;
+      ::operator delete(p);
+    }
+  };
+  auto allocator = std::make_shared<dax::detail::CachingAllocator<Small>>(Small{&state});
+  void* kept = allocator->allocate(256);
+  void* cached = allocator->allocate(512);
+  allocator->deallocate(cached, 512);  // 768 held by Small, 512 of them cached
+
+  // 768 more do not fit beside the cache, and do once it is returned: one success, counted once.
+  void* fits = allocator->allocate(700);
+  auto stats = allocator->stats();
+  CHECK(stats.bytes_cached == 0);
+  CHECK(stats.bytes_in_use == 256 + 768);
+  CHECK(state.held == 256 + 768);
+  CHECK(stats.bytes_requested == 256 + 700);
+  CHECK(stats.requests == 3);
+  CHECK(stats.system_allocations == 3);
+  CHECK(stats.system_frees == 1);
+  allocator->deallocate(fits, 700);
+
+  // A failure that is not for lack of memory: passed through once, the cache and counters kept.
+  state.broken = true;
+  const int calls_before = state.calls;
+  const auto before = allocator->stats();
+  try {
+    allocator->allocate(2000);
+    FAIL("a broken memory handed out a block");
+  } catch (const dax::OutOfMemoryError& e) {
+    FAIL(std::string("a device failure was reported as out of memory: ") + e.what());
+  } catch (const dax::Error& e) {
+    CHECK(std::string(e.what()) == "test memory: device lost");
+  }
+  CHECK(state.calls == calls_before + 1);
+  const auto after = allocator->stats();
+  CHECK(after.bytes_cached == before.bytes_cached);
+  CHECK(after.bytes_cached == 768);  // the 700-byte block, cached again
+  CHECK(after.bytes_in_use == before.bytes_in_use);
+  CHECK(after.requests == before.requests);
+  CHECK(after.system_allocations == before.system_allocations);
+  state.broken = false;
+  allocator->deallocate(kept, 256);
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <new>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -56,8 +57,18 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
   void* allocate(size_t bytes, bool shared = false, int part = 0) {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
-    const int64_t peak_before = stats_.peak_bytes_requested;
-    const auto parts_before = stats_.part_bytes_at_peak;
+    // Whatever can throw runs before the counters move, so a caller that catches an allocation's
+    // error finds them as they were.
+    auto& free_list = free_[{shared, size}];
+    void* p = nullptr;
+    if (!free_list.empty()) {
+      p = free_list.back();
+      free_list.pop_back();
+      stats_.bytes_cached -= static_cast<int64_t>(size);
+    } else {
+      p = allocate_from_system(size, shared);
+      ++stats_.system_allocations;
+    }
     ++stats_.requests;
     stats_.bytes_in_use += static_cast<int64_t>(size);
     stats_.bytes_requested += static_cast<int64_t>(bytes);
@@ -66,47 +77,24 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
       stats_.peak_bytes_requested = stats_.bytes_requested;
       stats_.part_bytes_at_peak = stats_.part_bytes;
     }
-    auto& free_list = free_[{shared, size}];
-    if (!free_list.empty()) {
-      void* p = free_list.back();
-      free_list.pop_back();
-      stats_.bytes_cached -= static_cast<int64_t>(size);
-      return p;
-    }
-    ++stats_.system_allocations;
-    try {
-      return raw_allocate(size, shared);
-    } catch (...) {  // out of memory: return every cached block, then try once more
-    }
-    const int64_t cached = stats_.bytes_cached;
-    release_cached_locked();
-    try {
-      return raw_allocate(size, shared);
-    } catch (const std::exception& e) {
-      // The request never happened (the counters stay true for a caller that catches this), and
-      // the error says what dax itself held: a leak or a cache shows here, another library's
-      // memory does not.
-      stats_.bytes_in_use -= static_cast<int64_t>(size);
-      stats_.bytes_requested -= static_cast<int64_t>(bytes);
-      --stats_.requests;
-      --stats_.system_allocations;
-      stats_.part_bytes[static_cast<size_t>(part)] -= static_cast<int64_t>(bytes);
-      stats_.peak_bytes_requested = peak_before;
-      stats_.part_bytes_at_peak = parts_before;
-      throw Error(std::string(e.what()) + "; dax held " + std::to_string(stats_.bytes_in_use) +
-                  " bytes in use here (peak " + std::to_string(stats_.peak_bytes_requested) +
-                  " requested) and returned its cache of " + std::to_string(cached) + " bytes before trying again");
-    }
+    return p;
   }
 
-  void deallocate(void* p, size_t bytes, bool shared = false, int part = 0) {
+  /// Never throws (it runs from Buffer's destructor): a block the cache has no room to keep goes
+  /// back to the system at once.
+  void deallocate(void* p, size_t bytes, bool shared = false, int part = 0) noexcept {
     const size_t size = size_class(bytes == 0 ? 1 : bytes);
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= static_cast<int64_t>(size);
     stats_.bytes_requested -= static_cast<int64_t>(bytes);
     stats_.part_bytes[static_cast<size_t>(part)] -= static_cast<int64_t>(bytes);
-    stats_.bytes_cached += static_cast<int64_t>(size);
-    free_[{shared, size}].push_back(p);
+    try {
+      free_[{shared, size}].push_back(p);
+      stats_.bytes_cached += static_cast<int64_t>(size);
+    } catch (...) {
+      raw_deallocate(p, size, shared);
+      ++stats_.system_frees;
+    }
   }
 
   /// Returns every cached block to the system.
@@ -144,6 +132,31 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator<Ra
     if constexpr (requires(Raw& r) { r.deallocate_shared(p, size); })
       if (shared) return raw_.deallocate_shared(p, size);
     raw_.deallocate(p, size);
+  }
+
+  /// A new block from the backend. Out of memory (the backend's OutOfMemoryError, or std::bad_alloc),
+  /// it returns every cached block and tries once more; the error then says what dax itself held:
+  /// a leak or a cache shows there, another library's memory does not. Any other failure passes
+  /// through as it came, the cache kept.
+  void* allocate_from_system(size_t size, bool shared) {
+    try {
+      return raw_allocate(size, shared);
+    } catch (const OutOfMemoryError&) {
+    } catch (const std::bad_alloc&) {
+    }
+    const int64_t cached = stats_.bytes_cached;
+    release_cached_locked();
+    std::string what;
+    try {
+      return raw_allocate(size, shared);
+    } catch (const OutOfMemoryError& e) {
+      what = e.what();
+    } catch (const std::bad_alloc& e) {
+      what = cat("out of memory allocating ", size, " bytes (", e.what(), ")");
+    }
+    throw OutOfMemoryError(cat(what, "; dax held ", stats_.bytes_in_use, " bytes in use here (peak ",
+                               stats_.peak_bytes_requested, " requested) and returned its cache of ", cached,
+                               " bytes before trying again"));
   }
 
   void release_cached_locked() {

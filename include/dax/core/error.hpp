@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// A backend's memory is exhausted (torch.cuda.OutOfMemoryError's counterpart). The caching
+/// allocator returns its cache and tries once more only on this error; any other failure of a
+/// backend's allocation passes through as it came.
+class OutOfMemoryError : public Error {
+ public:
+  explicit OutOfMemoryError(const std::string& what) : Error(what) {}
+};
+
 namespace detail {
 
 template <class... Parts>
@@ -26,6 +34,11 @@ std::string cat(const Parts&... parts) {
 template <class... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
   throw Error(cat(parts...));
+}
+
+template <class... Parts>
+[[noreturn]] void fail_out_of_memory(const Parts&... parts) {
+  throw OutOfMemoryError(cat(parts...));
 }
 
 }  // namespace detail

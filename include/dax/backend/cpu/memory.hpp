@@ -49,7 +49,7 @@ struct HostMemory {
     if (huge(bytes)) {
       const size_t length = rounded(bytes, page);
       void* raw = mmap(nullptr, length + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      DAX_CHECK(raw != MAP_FAILED, "CPU backend: out of host memory allocating ", bytes, " bytes");
+      if (raw == MAP_FAILED) fail_out_of_memory("CPU backend: out of host memory allocating ", bytes, " bytes");
       const uintptr_t first = reinterpret_cast<uintptr_t>(raw), start = rounded(first, huge_page);
       if (start > first) munmap(raw, start - first);  // the gap before the boundary
       if (const size_t tail = first + length + huge_page - (start + length); tail > 0)
@@ -63,7 +63,7 @@ struct HostMemory {
 #endif
     void* p = nullptr;
     if (posix_memalign(&p, alignment, bytes == 0 ? alignment : bytes) != 0) p = nullptr;
-    DAX_CHECK(p != nullptr, "CPU backend: out of host memory allocating ", bytes, " bytes");
+    if (p == nullptr) fail_out_of_memory("CPU backend: out of host memory allocating ", bytes, " bytes");
     return p;
   }
   void deallocate(void* p, size_t bytes) {

@@ -28,7 +28,7 @@ struct DeviceMemory {
       if (cudaGetDevice(&device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
         (void)cudaGetLastError();
       // CachingAllocator catches this, releases its cache and tries once more before passing it on.
-      fail("CUDA backend: out of device memory on GPU ", device, " allocating ", bytes, " bytes (", free_bytes,
+      fail_out_of_memory("CUDA backend: out of device memory on GPU ", device, " allocating ", bytes, " bytes (", free_bytes,
            " free of ", total_bytes, " bytes, cudaMemGetInfo)");
     }
     check_cuda(status, "cudaMalloc");
@@ -53,7 +53,7 @@ struct PinnedMemory {
     const cudaError_t status = cudaMallocHost(&p, bytes);
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      fail("CUDA backend: out of pinned host memory allocating ", bytes, " bytes (cudaMallocHost)");
+      fail_out_of_memory("CUDA backend: out of pinned host memory allocating ", bytes, " bytes (cudaMallocHost)");
     }
     check_cuda(status, "cudaMallocHost");
     return p;
