@@ -93,6 +93,10 @@ TEST_CASE("replica ids, full replication, equality and hashing", "[sharding]") {
   CHECK_FALSE(rows.is_fully_replicated());
   CHECK_FALSE(NamedSharding(mesh, P().with_unreduced("x")).is_fully_replicated());
   CHECK(NamedSharding(Mesh({1, 2}, {"a", "b"}), P("a")).is_fully_replicated());
+  CHECK(rows.has_copies());  // 'y' splits nothing
+  CHECK_FALSE(NamedSharding(mesh, P("x", "y")).has_copies());
+  CHECK_FALSE(NamedSharding(mesh, P("x").with_unreduced("y")).has_copies());  // partial sums differ
+  CHECK_FALSE(NamedSharding(Mesh({2, 1}, {"a", "b"}), P("a")).has_copies());
   CHECK(NamedSharding(mesh, P("x")) == NamedSharding(mesh, P("x", dax::none)));
   CHECK(NamedSharding(mesh, P("x")).hash() == NamedSharding(mesh, P("x", dax::none)).hash());
   CHECK_FALSE(NamedSharding(mesh, P("x")) == NamedSharding(mesh, P("y")));
@@ -111,6 +115,9 @@ TEST_CASE("index math on every mesh of 1-8 devices, ranks 0-3, uneven and empty"
       for (const NamedSharding& s : dax::test::all_shardings(mesh, shape.size(), true)) {
         const auto map = s.devices_indices_map(shape);
         REQUIRE(map.size() == static_cast<size_t>(mesh.size()));
+        bool copies = false;  // some device holds what one earlier in mesh order holds
+        for (int device = 0; device < mesh.size(); ++device) copies = copies || s.replica_id(device) != 0;
+        REQUIRE(s.has_copies() == copies);
         // Count how often each element is covered, per partial (coords on unreduced axes).
         std::map<std::vector<int64_t>, std::vector<int>> cover;
         for (const auto& [device, box] : map) {

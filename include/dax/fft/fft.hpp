@@ -58,10 +58,7 @@ DistArray<Out> fft_stage(const DistArray<In>& x, const FftStage& stage, const Sh
   for (int a : stage.axes)
     if (a != halved || !stage.halves) axes.push_back(a);
   if (stage.halves) axes.push_back(halved);
-  // Other devices hold copies of this piece when some mesh axis of more than one device splits nothing.
-  bool replicated = false;
-  for (int m = 0; m < static_cast<int>(layout.mesh().axis_names().size()); ++m)
-    replicated = replicated || (layout.mesh().axis_size(m) > 1 && !layout.splits(m));
+  const bool replicated = layout.has_copies();  // plans that keep the copies bit-identical
   const In* in = x.local_data().data();
   if constexpr (std::is_same_v<In, Out>) {
     dev::fft_c2c(in, out, in_local, axes, forward, replicated);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dax/array/creation.hpp>
@@ -24,9 +25,8 @@
 #include <dax/ops/matmul.hpp>
 #include <dax/ops/reduction.hpp>
 #include <dax/ops/reshape.hpp>
-#include <dax/backend/cpu/scalapack.hpp>
 #include <dax/backend/device_ops.hpp>
-#include <dax/comm/mpi_communicator.hpp>
+#include <dax/backend/scalapack_ops.hpp>
 #include <dax/linalg/block_cyclic.hpp>
 
 namespace dax::detail {
@@ -73,24 +73,21 @@ inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
     if (grids.size() == 1)
       Runtime::current().at_shutdown([] {
         for (auto& [key, grid] : blacs_grids()) {
-          Cblacs_gridexit(grid->context);
-          Cblacs_gridexit(grid->context_t);
+          dev::blacs_grid_exit(grid->context);
+          dev::blacs_grid_exit(grid->context_t);
         }
         blacs_grids().clear();
       });
     auto made = std::make_unique<BlacsGrid>();
     for (size_t a = 0; a < mesh.axis_names().size(); ++a) made->axes.push_back(static_cast<int>(a));
     made->group = &Runtime::current().group(mesh, made->axes);
-    auto* mpi = dynamic_cast<MpiCommunicator*>(made->group);
-    DAX_CHECK(mpi != nullptr, "dax::linalg: the mesh's communicator is not an MPI one (ScaLAPACK needs MPI)");
-    made->axes_text = mpi->name();
     made->shape = process_grid(made->group->size());
-    made->context = Csys2blacs_handle(mpi->native());
-    Cblacs_gridinit(&made->context, "Row", made->shape.rows, made->shape.cols);
-    made->context_t = Csys2blacs_handle(mpi->native());
-    Cblacs_gridinit(&made->context_t, "Col", made->shape.cols, made->shape.rows);
-    int rows = 0, cols = 0;
-    Cblacs_gridinfo(made->context, &rows, &cols, &made->row, &made->col);
+    const dev::BlacsContexts contexts = dev::blacs_grids_init(*made->group, made->shape.rows, made->shape.cols);
+    made->context = contexts.normal;
+    made->context_t = contexts.transposed;
+    made->row = contexts.row;
+    made->col = contexts.col;
+    made->axes_text = contexts.group_name;
     g = std::move(made);
   }
   return *g;
@@ -123,10 +120,12 @@ struct CyclicPiece {
 };
 
 /// Between rows split over the group's devices (group rank g holds row chunk g, row-major) and the
-/// block-cyclic piece: one all-to-all either way. `to_cyclic` deals `rows_data` into `piece`;
-/// otherwise gathers `piece` back into `rows_data`.
-template <class T>
-void cyclic_exchange(const BlacsGrid& grid, T* rows_data, CyclicPiece<T>& piece, bool to_cyclic) {
+/// block-cyclic piece: one all-to-all either way. From `const T*` rows it deals them into `piece`;
+/// into `T*` rows it gathers `piece` back.
+template <class T, class Rows>
+void cyclic_exchange(const BlacsGrid& grid, Rows* rows_data, CyclicPiece<T>& piece) {
+  static_assert(std::is_same_v<std::remove_const_t<Rows>, T>);
+  constexpr bool to_cyclic = std::is_const_v<Rows>;
   const int64_t m = piece.m, n = piece.n, nb = piece.nb;
   const CyclicView& v = piece.view;
   const int size = grid.group->size(), me = grid.group->rank();
@@ -200,11 +199,11 @@ void cyclic_exchange(const BlacsGrid& grid, T* rows_data, CyclicPiece<T>& piece,
     else
       for (int64_t c = 0; c < piece.cols; ++c) to[c] = piece.data()[r + c * piece.ld];
   };
-  if (to_cyclic)
+  if constexpr (to_cyclic)
     walk_rows([&](int64_t src, int64_t dst, int64_t len) { std::copy(rows_data + src, rows_data + src + len, &rows_side[dst]); });
   else walk_cyclic([&](int64_t r, int64_t dst) { row_from_piece(r, cyclic_side + dst); });
   const int64_t started = collective_start();
-  if (to_cyclic)
+  if constexpr (to_cyclic)
     grid.group->all_to_allv(rows_side, send_counts, send_displs, cyclic_side, recv_counts, recv_displs,
                             dtype_v<T>);
   else
@@ -213,7 +212,7 @@ void cyclic_exchange(const BlacsGrid& grid, T* rows_data, CyclicPiece<T>& piece,
   int64_t received = 0;
   for (int d = 0; d < size; ++d) received += d == me ? 0 : recv_counts[d];
   count_collective("all_to_all", grid.axes_text, received * int64_t(sizeof(T)), started, size);
-  if (to_cyclic) walk_cyclic([&](int64_t r, int64_t src) { row_to_piece(r, cyclic_side + src); });
+  if constexpr (to_cyclic) walk_cyclic([&](int64_t r, int64_t src) { row_to_piece(r, cyclic_side + src); });
   else
     walk_rows([&](int64_t dst, int64_t src, int64_t len) { std::copy(&rows_side[src], &rows_side[src] + len, rows_data + dst); });
 }
@@ -241,10 +240,9 @@ CyclicPiece<T> empty_piece(int64_t rows, int64_t cols, const CyclicView& view, b
   piece.ld = std::max<int64_t>(1, row_major ? piece.cols : piece.rows);
   piece.storage = dev::allocate(std::max<int64_t>(piece.rows * piece.cols, 1) * sizeof(T));
   // Row-major storage is the column-major A^T: ScaLAPACK's (M, N) are A's (n, m).
-  const int m = int(row_major ? piece.n : piece.m), n = int(row_major ? piece.m : piece.n), b = int(nb), zero = 0;
+  const int m = int(row_major ? piece.n : piece.m), n = int(row_major ? piece.m : piece.n), b = int(nb);
   const int ld = int(piece.ld);
-  int info = 0;
-  descinit_(piece.desc, &m, &n, &b, &b, &zero, &zero, &context, &ld, &info);
+  const int info = dev::describe(piece.desc, m, n, b, context, ld);
   DAX_CHECK(info == 0, op, ": ScaLAPACK's descinit refused a ", m, " x ", n, " matrix (info ", info, ")");
   return piece;
 }
@@ -256,7 +254,7 @@ CyclicPiece<T> to_cyclic(const DistArray<T>& x, const BlacsGrid& grid, const Cyc
   CyclicPiece<T> piece = empty_piece<T>(x.shape()[0], x.shape()[1], view, row_major, context, nb, op);
   (void)int_size(grid, piece.rows * piece.cols, op, "a block-cyclic piece");
   const DistArray<T> rows = reshard(x, rows_over_mesh(x.sharding().mesh()));
-  cyclic_exchange(grid, const_cast<T*>(rows.local_data().data()), piece, true);
+  cyclic_exchange(grid, rows.local_data().data(), piece);
   return piece;
 }
 
@@ -265,7 +263,7 @@ template <class T>
 DistArray<T> from_cyclic(CyclicPiece<T>& piece, const BlacsGrid& grid, const Mesh& mesh, const NamedSharding& out) {
   const Shape shape{piece.m, piece.n};
   const DistArray<T> rows = make_local<T>(shape, rows_over_mesh(mesh), [&](T* data, const Box&) {
-    cyclic_exchange(grid, data, piece, false);
+    cyclic_exchange(grid, data, piece);
   });
   return reshard(rows, out);
 }
@@ -294,7 +292,7 @@ std::vector<int> lu_of_transpose(const BlacsGrid& grid, CyclicPiece<T>& pa, cons
   const int n = int(pa.m), one = 1;
   std::vector<int> pivots(pa.cols + pa.nb);  // A^T's local rows are A's local columns
   int info = 0;
-  cpu::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
+  dev::Scalapack<T>::getrf(&n, &n, pa.data(), &one, &one, pa.desc, pivots.data(), &info);
   info = agreed_info(grid, info);
   DAX_CHECK(info >= 0, op, ": ScaLAPACK's p?getrf refused argument ", -info);
   DAX_CHECK(info == 0 || !singular_fails, op, ": the matrix is singular (U(", info, ", ", info,
@@ -367,7 +365,7 @@ DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::opti
     const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "solve", true);
     const int n = int(pa.m), k = int(pb.n), one = 1;
     int info = 0;
-    detail::cpu::Scalapack<T>::getrs("T", &n, &k, pa.data(), &one, &one, pa.desc, pivots.data(), pb.data(), &one,
+    detail::dev::Scalapack<T>::getrs("T", &n, &k, pa.data(), &one, &one, pa.desc, pivots.data(), pb.data(), &one,
                                      &one, pb.desc, &info);
     DAX_CHECK(detail::agreed_info(grid, info) == 0, "solve: ScaLAPACK's p?getrs refused argument ", -info);
   });
@@ -394,7 +392,7 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
   DistArray<T> x = detail::solve_like("triangular_solve", a, b, out, [lower](const auto&, auto& pa, auto& pb) {
     const int n = int(pa.m), k = int(pb.n), one = 1;
     const T alpha = 1;
-    detail::cpu::Scalapack<T>::trsm("L", lower ? "U" : "L", "T", "N", &n, &k, &alpha, pa.data(), &one, &one, pa.desc,
+    detail::dev::Scalapack<T>::trsm("L", lower ? "U" : "L", "T", "N", &n, &k, &alpha, pa.data(), &one, &one, pa.desc,
                                     pb.data(), &one, &one, pb.desc);
   });
   // The pullback: b's cotangent solves T^T gb = g (a^T's other triangle), a's is -gb x^T on the
@@ -431,7 +429,7 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
                                  detail::block_size(a.shape()[0], grid.shape), "cholesky");
   const int n = int(piece.m), one = 1;
   int info = 0;
-  detail::cpu::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
+  detail::dev::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info <= 0, "cholesky: the matrix is not positive definite (its leading minor of order ", info,
             " is not positive)");
@@ -476,13 +474,13 @@ DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out 
   int info = 0;
   T work_size = 0;
   int iwork_size = 0, query = -1;
-  detail::cpu::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size,
+  detail::dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size,
                                    &query, &info);
   const int lwork = detail::int_size(grid, int64_t(work_size) + 1, "inv", "a workspace");
   const int liwork = std::max(iwork_size, 1);
   std::vector<T> work(lwork);
   std::vector<int> iwork(liwork);
-  detail::cpu::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), work.data(), &lwork,
+  detail::dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), work.data(), &lwork,
                                    iwork.data(), &liwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "inv: ScaLAPACK's p?getri failed (info ", info, ")");
   DistArray<T> r = detail::from_cyclic(pa, grid, mesh, target);
@@ -578,7 +576,7 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   const int ni = int(n), one = 1;
   int info = 0, iwork_size = 0, query = -1;
   T work_size = 0;
-  detail::cpu::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+  detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
                                    pz.desc, &work_size, &query, &iwork_size, &query, &info);
   // ScaLAPACK's workspace query for p?syevd can come out short (PDORMTR then refuses LWORK and the
   // vectors are garbage: n = 16-19 or 32-65 with 16-row blocks on one process): the larger of it
@@ -589,7 +587,7 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   const int liwork = std::max(iwork_size, 1);
   std::vector<T> work(lwork);
   std::vector<int> iwork(liwork);
-  detail::cpu::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+  detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
                                    pz.desc, work.data(), &lwork, iwork.data(), &liwork, &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?syevd did not converge (info ", info, ")");
@@ -654,10 +652,10 @@ QR<T> qr(const DistArray<T>& a) {
   std::vector<T> tau(pa.cols + nb);
   int info = 0;
   T work_size = 0;
-  detail::cpu::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
+  detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
   std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"));
   int lwork = int(work.size());
-  detail::cpu::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
+  detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?gelqf failed (info ", info, ")");
   // R: the upper triangle of the first k rows of what dax reads back (L^T), before p?orglq overwrites it.
   detail::CyclicPiece<T> factors = pa;
@@ -667,10 +665,10 @@ QR<T> qr(const DistArray<T>& a) {
     for (int64_t c = 0; c < factors.cols; ++c)
       if (factors.global_col(c) < factors.global_row(r)) factors.at(r, c) = T(0);
   DistArray<T> r = slice(detail::from_cyclic(factors, grid, mesh, rows), {0, 0}, {k, n});
-  detail::cpu::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
+  detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
   work.resize(std::max<size_t>(work.size(), size_t(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"))));
   lwork = int(work.size());
-  detail::cpu::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
+  detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?orglq failed (info ", info, ")");
   DistArray<T> q = slice(detail::from_cyclic(pa, grid, mesh, rows), {0, 0}, {m, k});
   return {q, r};
@@ -705,11 +703,11 @@ SVD<T> svd(const DistArray<T>& a) {
   const int xm = int(n), xn = int(m), one = 1, query = -1;
   int info = 0;
   T work_size = 0;
-  detail::cpu::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
                                    &one, pv.desc, pu.data(), &one, &one, pu.desc, &work_size, &query, &info);
   std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "svd", "a workspace"));
   const int lwork = int(work.size());
-  detail::cpu::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
                                    &one, pv.desc, pu.data(), &one, &one, pu.desc, work.data(), &lwork, &info);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info == 0, "svd: ScaLAPACK's p?gesvd did not converge (info ", info, ")");

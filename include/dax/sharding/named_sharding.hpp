@@ -122,6 +122,14 @@ class NamedSharding {
     return id;
   }
 
+  /// Other devices hold the same data as each device (some mesh axis of more than one device
+  /// neither splits the array nor sums over it): work that must leave copies bit-identical asks.
+  bool has_copies() const {
+    for (int a = 0; a < d_->mesh.num_axes(); ++a)
+      if (d_->mesh.axis_size(a) > 1 && !splits(a) && !is_unreduced_over(a)) return true;
+    return false;
+  }
+
   /// Every device holds the whole (reduced) value.
   bool is_fully_replicated() const {
     for (int a = 0; a < d_->mesh.num_axes(); ++a)
