@@ -30,7 +30,10 @@ class AnyArray {
  public:
   AnyArray() = default;
   template <class T>
-  AnyArray(const DistArray<T>& x) : dtype_(dtype_v<T>), array_(std::make_shared<const DistArray<T>>(x)) {}
+  AnyArray(const DistArray<T>& x)
+      : dtype_(dtype_v<T>), array_(std::make_shared<const DistArray<T>>(x)), relabel_([](const void* a, int part) {
+          if (const auto& buffer = static_cast<const DistArray<T>*>(a)->stored_buffer()) buffer->relabel(part);
+        }) {}
 
   bool empty() const { return !array_; }
   DType dtype() const { return dtype_; }
@@ -40,10 +43,15 @@ class AnyArray {
               array_ ? to_string(dtype_) : std::string("none"));
     return *static_cast<const DistArray<T>*>(array_.get());
   }
+  /// Counts its buffer under memory part `part` from now on (backend/memory_parts.hpp).
+  void relabel(int part) const {
+    if (array_) relabel_(array_.get(), part);
+  }
 
  private:
   DType dtype_ = DType::float32;
   std::shared_ptr<const void> array_;
+  void (*relabel_)(const void*, int) = nullptr;
 };
 
 /// Output cotangent -> one cotangent per recorded input (empty where it contributes nothing).

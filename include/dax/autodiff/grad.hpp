@@ -136,7 +136,10 @@ auto value_and_grad(F f, GradShardingFn grad_sharding = {}) {
         const MemoryPart part(detail::kBackwardPart, true);
         return tape.backward_once(loss.trace_id(), detail::AnyArray(seed), leaves);  // frees as it goes
       }();
-      Params grads = detail::gradient_tree(cotangents, params, traced, grad_sharding);
+      Params grads = [&] {
+        const MemoryPart part(detail::kGradientsPart, true);
+        return detail::gradient_tree(cotangents, params, traced, grad_sharding);
+      }();
       if constexpr (detail::is_dist_array<decltype(result)>::value) {
         return std::pair{detail::detached(result), std::move(grads)};
       } else {

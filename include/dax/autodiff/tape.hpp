@@ -142,8 +142,7 @@ class Tape final : public Tracer {
                 " cotangents for ", node.inputs.size(), " inputs");
       for (size_t k = 0; k < parts.size(); ++k) {
         if (node.inputs[k] == 0 || parts[k].empty()) continue;
-        auto [slot, fresh] = cotangent.try_emplace(node.inputs[k], parts[k]);
-        if (!fresh) slot->second = add_cotangents(slot->second, parts[k]);
+        add_to(cotangent, node.inputs[k], parts[k]);
       }
     }
     return result;
@@ -209,8 +208,7 @@ class Tape final : public Tracer {
           unfinished = unfinished || (!mask[k] && !unwanted_input);
           continue;
         }
-        auto [slot, fresh] = into.try_emplace(node.inputs[k], parts[k]);
-        if (!fresh) slot->second = add_cotangents(slot->second, parts[k]);
+        add_to(into, node.inputs[k], parts[k]);
       }
       if (unfinished) later.deferred.emplace_back(i, std::move(g));
     }
@@ -226,8 +224,7 @@ class Tape final : public Tracer {
     auto add = [&](const Node& node, const Cotangents& parts, const std::vector<bool>* only) {
       for (size_t k = 0; k < parts.size() && k < node.inputs.size(); ++k) {
         if (node.inputs[k] == 0 || parts[k].empty() || (only && !(*only)[k])) continue;
-        auto [slot, fresh] = cotangent.try_emplace(node.inputs[k], parts[k]);
-        if (!fresh) slot->second = add_cotangents(slot->second, parts[k]);
+        add_to(cotangent, node.inputs[k], parts[k]);
       }
     };
     size_t d = 0;  // later.deferred is in decreasing node order, as this walk
@@ -269,6 +266,14 @@ class Tape final : public Tracer {
     std::shared_ptr<const std::string> site;   // the call site it was recorded at (core/call_site.hpp)
     bool summed_leaf = false;                  // a leaf whose cotangents add up over passes (watch)
   };
+
+  /// Adds `part` to the cotangent of node `id` in `into`. A parameter's (a summed leaf's) counts as
+  /// "gradients" from then on, not as the backward's temporaries (dax::memory_stats' parts).
+  void add_to(std::unordered_map<uint64_t, AnyArray>& into, uint64_t id, const AnyArray& part) const {
+    auto [slot, fresh] = into.try_emplace(id, part);
+    if (!fresh) slot->second = add_cotangents(slot->second, part);
+    if (is_summed_leaf(id)) slot->second.relabel(gradients_memory_part());
+  }
 
   /// A node's pullback; inside a shard_map body it runs in the body's context, and each input's
   /// cotangent is summed over the axes the input was implicitly broadcast along.

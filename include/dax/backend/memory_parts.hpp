@@ -2,8 +2,8 @@
 // current when it was allocated (dax::MemoryPart, a scope), or under the part a tree was labelled
 // with since (dax::label_memory), and the allocator keeps each part's bytes at its peak. So
 // dax::memory_stats() (and dax::simulate's report) say what the peak was made of: parameters,
-// optimizer state, the activations the forward kept for the backward, the backward's gradients
-// and temporaries, and the rest. value_and_grad names its forward and backward itself, inside
+// optimizer state, the activations the forward kept for the backward, the gradients, the
+// backward's temporaries, and the rest. value_and_grad names its forward and backward itself, inside
 // any part the caller has not named.
 #pragma once
 
@@ -18,10 +18,13 @@
 namespace dax {
 namespace detail {
 
-inline constexpr int kMemoryParts = 8;  // part 0 is "other": memory allocated outside any part
+inline constexpr int kMemoryParts = 12;  // part 0 is "other": memory allocated outside any part
 /// The parts autodiff names (value_and_grad, a pipeline's passes) where the caller has named none.
 inline constexpr const char* kForwardPart = "forward (activations kept for the backward)";
-inline constexpr const char* kBackwardPart = "backward (gradients and temporaries)";
+inline constexpr const char* kBackwardPart = "backward (temporaries)";
+/// The parameters' gradients: the cotangents that reached a parameter during a backward (summed
+/// so far) and the gradient trees value_and_grad and a pipeline return.
+inline constexpr const char* kGradientsPart = "gradients";
 
 struct MemoryPartNames {
   std::mutex mutex;
@@ -50,6 +53,12 @@ inline std::string memory_part_name(int index) {
   MemoryPartNames& n = memory_part_names();
   std::lock_guard lock(n.mutex);
   return index >= 0 && index < n.count ? n.names[static_cast<size_t>(index)] : std::string();
+}
+
+/// The gradients' part, registered once.
+inline int gradients_memory_part() {
+  static const int index = memory_part_index(kGradientsPart);
+  return index;
 }
 
 inline int memory_part_count() {

@@ -358,6 +358,7 @@ class Pipeline {
     }
     // Gradients: each chunk's summed cotangents, reduced once to its parameters' shardings.
     std::vector<Params> grads;
+    const MemoryPart gradients_part(::dax::detail::kGradientsPart, true);
     for (int c = 0; c < chunks; ++c) {
       std::unordered_map<uint64_t, AnyArray> by_id;
       if (ran[c]) {
@@ -393,6 +394,7 @@ class Pipeline {
       auto ct = cotangents.find(leaves[k]);
       if (ct == cotangents.end()) continue;
       sum[k] = sum[k].empty() ? ct->second : ::dax::detail::add_cotangents(sum[k], ct->second);
+      sum[k].relabel(::dax::detail::gradients_memory_part());  // a parameter's: "gradients" (memory parts)
     }
   }
 
