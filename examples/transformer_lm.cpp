@@ -13,7 +13,7 @@
 //   transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]
 //                  [--mesh data=X,model=Y] [--fsdp] [--sp] [--cp N]
 //                  [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1] [--microbatches M] [--virtual-stages V]]
-//                  [--precision f32|bf16|f16] [--simulate N [--device D]]
+//                  [--precision f32|bf16|f16] [--simulate N [--device D | --classes]]
 // --cp N adds a 'context' axis of N (mesh data x context x model): each device holds its rows'
 // zigzag chunks of the sequence and attention is ring attention over 'context'
 // (dax::parallel::ring_attention_shard), its k / v blocks' bytes checked like the rest.
@@ -28,6 +28,8 @@
 // backend) and prints what device D (--device, default 0) would hold and receive, its bytes checked
 // against the same formulas: e.g. --simulate 16384 --mesh data=2048,model=8 --layers 32
 // --d-model 4096 --heads 32 --seq 2048 --batch 2048, a 7B-shaped model (docs/simulation.md).
+// --classes prints one report per class of devices that hold and move the same (a pipeline's
+// first, middle and last stages; dax::simulate_classes) instead of one device's.
 #include <dax/dax.hpp>
 
 #include <sys/resource.h>
@@ -349,6 +351,7 @@ struct Options {
   int64_t cp = 1;               // --cp: context parallelism (a 'context' axis between 'data' and 'model')
   int64_t simulate = 0;         // --simulate N: plan one step on N simulated devices (dax::simulate)
   int64_t simulate_device = 0;  // --device D: the simulated device to report
+  bool classes = false;         // --classes: one report per class of devices (dax::simulate_classes)
   std::string schedule = "1F1B";
   int64_t microbatches = 0, virtual_stages = 0;  // 0: 2 * pp microbatches; 2 virtual stages if interleaved
   std::string error;            // empty when the options are usable
@@ -380,6 +383,7 @@ Options parse_options(int argc, char** argv, int ranks) {
     const bool has_value = i + 1 < argc;
     if (flag == "--fsdp") o.fsdp = true;
     else if (flag == "--sp") o.sp = true;
+    else if (flag == "--classes") o.classes = true;
     else if (!has_value && (flag == "--steps" || flag == "--layers" || flag == "--d-model" || flag == "--heads" ||
                             flag == "--seq" || flag == "--batch" || flag == "--mesh" || flag == "--pp" || flag == "--cp" ||
                             flag == "--schedule" || flag == "--microbatches" || flag == "--virtual-stages" ||
@@ -446,6 +450,8 @@ Options parse_options(int argc, char** argv, int ranks) {
   if (o.simulate > 0 && o.simulate_device >= o.simulate)
     why << "--device " << o.simulate_device << " is not one of the " << o.simulate << " simulated devices; ";
   if (o.simulate == 0 && o.simulate_device != 0) why << "--device needs --simulate N; ";
+  if (o.simulate == 0 && o.classes) why << "--classes needs --simulate N; ";
+  if (o.classes && o.simulate_device != 0) why << "--classes reports every class of devices: drop --device; ";
   if (why.str().empty() && ranks % (o.pp * o.cp) != 0)
     why << (o.cp > 1 ? "--cp " + std::to_string(o.cp) + (o.pp > 1 ? " x " : "") : "")
         << (o.pp > 1 || o.cp == 1 ? "--pp " + std::to_string(o.pp) : "") << " does not divide the job's " << ranks << " ranks; ";
@@ -642,30 +648,39 @@ int simulated_main(const Options& o, bool root) {
   lm::BytesCheck bytes;
   const auto start = std::chrono::steady_clock::now();
   const dax::MetaDevices devices{.count = static_cast<int>(o.simulate), .device = static_cast<int>(o.simulate_device)};
-  const dax::SimulationReport report = dax::simulate(devices, [&] {
-    if (o.pp > 1) {  // the pipeline's step: this device's stage, its transfers and its chunks' bytes
-      const dax::Mesh mesh = run_mesh(o);
-      const auto schedule = dax::pipeline::make_schedule(*dax::pipeline::schedule_kind(o.schedule), int(o.pp),
-                                                         int(o.microbatches), int(o.virtual_stages));
-      PipelineReport piped;
-      Run run = train_pipelined(c, mesh, o.fsdp, o.sp, schedule, text, 1, false, piped);
-      bytes.ok = piped.ok;
-      bytes.regime = piped.ok ? "the pipeline's formulas (stage transfers, data, Megatron's bound)"
-                              : "the pipeline's formulas: DIFFER";
-      for (const lm::Chunk& chunk : run.chunks) dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, chunk);
-      return run;  // its chunks' parameters counted at the end of the step (this device's stage's)
-    }
-    const lm::Layout layout{run_mesh(o), o.fsdp, o.sp};
-    Run run = train(c, layout, text, 1, false);
-    dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, *run.params);
-    bytes = lm::check_step_bytes(c, layout, *run.params, run.last_step, static_cast<int>(o.simulate_device),
-                                 run.moe_rows);
-    return run;  // its parameters counted at the end of the step
-  });
+  bool bytes_ok = true;  // on every device simulated (one, or one per probe with --classes)
+  const auto step = [&] {
+    parameters = 0;
+    Run run = [&] {
+      if (o.pp > 1) {  // the pipeline's step: this device's stage, its transfers and its chunks' bytes
+        const dax::Mesh mesh = run_mesh(o);
+        const auto schedule = dax::pipeline::make_schedule(*dax::pipeline::schedule_kind(o.schedule), int(o.pp),
+                                                           int(o.microbatches), int(o.virtual_stages));
+        PipelineReport piped;
+        Run run = train_pipelined(c, mesh, o.fsdp, o.sp, schedule, text, 1, false, piped);
+        bytes.ok = piped.ok;
+        bytes.regime = piped.ok ? "the pipeline's formulas (stage transfers, data, Megatron's bound)"
+                                : "the pipeline's formulas: DIFFER";
+        for (const lm::Chunk& chunk : run.chunks) dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, chunk);
+        return run;  // its chunks' parameters counted at the end of the step (this device's stage's)
+      }
+      const lm::Layout layout{run_mesh(o), o.fsdp, o.sp};
+      Run run = train(c, layout, text, 1, false);
+      dax::tree_for_each([&](const auto& leaf) { parameters += leaf.size(); }, *run.params);
+      bytes = lm::check_step_bytes(c, layout, *run.params, run.last_step, dax::Runtime::current().rank(), run.moe_rows);
+      return run;  // its parameters counted at the end of the step
+    }();
+    bytes_ok = bytes_ok && bytes.ok;
+    return run;
+  };
+  std::optional<dax::SimulationReport> report;
+  std::optional<dax::SimulationClasses> classes;
+  if (o.classes) classes = dax::simulate_classes(devices, step);
+  else report = dax::simulate(devices, step);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  if (!root) return bytes.ok ? 0 : 1;
+  if (!root) return bytes_ok ? 0 : 1;
   std::cout << "transformer LM: " << c.layers << " layers, d_model " << c.d_model << ", " << c.heads << " heads, "
             << (parameters > 0 ? std::to_string(parameters / 1e9) + "B parameters, " : std::string()) << "sequence "
             << c.seq << ", batch " << c.batch << ", one AdamW step on " << o.simulate << " simulated devices, data="
@@ -674,10 +689,11 @@ int simulated_main(const Options& o, bool root) {
             << (o.pp > 1 ? " (" + o.schedule + ", " + std::to_string(o.microbatches) + " microbatches)" : std::string())
             << (o.fsdp ? " with FSDP" : "")
             << (o.sp ? " with sequence parallelism" : "") << "\n"
-            << report.table()
-            << "bytes against the formulas: " << bytes.regime << (bytes.ok ? "" : " (DIFFER)") << "\n"
+            << (classes ? classes->table() : report->table())
+            << "bytes against the formulas: " << bytes.regime << (bytes_ok ? "" : " (DIFFER)")
+            << (classes ? " (on every device simulated)" : "") << "\n"
             << "simulated in " << seconds << " s, this process's peak memory " << usage.ru_maxrss / 1024 << " MB\n";
-  return bytes.ok ? 0 : 1;
+  return bytes_ok ? 0 : 1;
 }
 
 int main(int argc, char** argv) {
@@ -692,7 +708,7 @@ int main(int argc, char** argv) {
                 << "usage: transformer_lm [--steps S] [--layers L] [--d-model D] [--heads H] [--seq T] [--batch B]"
                    " [--mesh data=X,model=Y] [--fsdp] [--sp] [--cp N] [--moe E [--top-k K] [--aux-weight W]]"
                    " [--pp N [--schedule GPipe|1F1B|Interleaved1F1B|ZBH1]"
-                   " [--microbatches M] [--virtual-stages V]] [--precision f32|bf16|f16] [--simulate N [--device D]]\n";
+                   " [--microbatches M] [--virtual-stages V]] [--precision f32|bf16|f16] [--simulate N [--device D | --classes]]\n";
     return 2;
   }
   if (options.simulate > 0) return simulated_main(options, root);

@@ -310,7 +310,12 @@ void pipeline_stages() {
             tag = dax::full<float>({1}, feeding ? float(t + 1) : 0.0f, dax::local_sharding());
           }
           seen.push_back(tag);
-          if (tag.local_data()[0] > 0) {  // real work: this stage's layers
+          // Real work (a micro-batch, not a bubble) from the schedule's arithmetic, which the tag
+          // that came with it must agree with: the program's path does not hang on values, so a
+          // simulation (DAX_SIMULATE, values all zero) follows it too.
+          const bool working = t >= stage && t - stage < micro;
+          from_jax::expect((tag.local_data()[0] > 0) == working, "the tag to say whether this tick is a bubble");
+          if (working) {  // this stage's layers
             for (int64_t l = 0; l < local_layers; ++l)
               carry = dax::tanh(dax::matmul(carry, dax::reshape(dax::slice(wb, {l}, {l + 1}), {d, d})));
             if (stage == stages - 1) outputs.push_back(carry);

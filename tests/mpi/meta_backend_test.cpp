@@ -111,7 +111,8 @@ TEST_CASE("meta: a simulated step receives the bytes the real one does, and hold
   CHECK(part("parameters").at_peak == param_bytes);
   CHECK(part("optimizer state").bytes_in_use == 2 * param_bytes);
   CHECK(part("forward (activations kept for the backward)").at_peak > 0);
-  CHECK(part("backward (gradients and temporaries)").bytes_in_use == 0);  // (a gradient tree is the caller's)
+  CHECK(part("backward (temporaries)").bytes_in_use == 0);
+  CHECK(part("gradients").bytes_in_use == 0);  // the step's gradient trees are gone when it returns
   for (const auto& r : real_parts)
     if (r.name != "other") {
       INFO(r.name);
@@ -125,6 +126,66 @@ TEST_CASE("meta: a simulated step receives the bytes the real one does, and hold
   CHECK(report.gemm_flops > 0);
   CHECK(report.step_s() == Approx(report.communication_s() + report.compute_s()));
   CHECK(report.json().find("\"devices\": " + std::to_string(n)) != std::string::npos);
+}
+
+TEST_CASE("meta: the gradients count as their own memory part, apart from the backward's temporaries", "[meta]") {
+  const int n = world_size();
+  const Mesh mesh = world_mesh(n);
+  const Sizes s{12, 6, 10, 5};
+  const auto k = dax::random::split(dax::random::key(11), 3);
+  const auto x = dax::random::normal<float>(k[0], {s.batch, s.in}, NamedSharding(mesh, P("data")));
+  const std::vector<DistArray<float>> params{
+      dax::random::normal<float>(k[1], {s.in, s.hidden}, NamedSharding(mesh, P(dax::none, "model"))),
+      dax::random::normal<float>(k[2], {s.hidden, s.out}, NamedSharding(mesh, P("model")))};
+  const auto loss = [&](const std::vector<DistArray<float>>& p) {
+    return dax::sum(dax::square(dax::matmul(dax::tanh(dax::matmul(x, p[0])), p[1])));
+  };
+  const auto gradients_in_use = [] {
+    for (const auto& p : dax::memory_stats().parts)
+      if (p.name == "gradients") return p.bytes_in_use;
+    return int64_t{0};
+  };
+  const int64_t before = gradients_in_use();
+  int64_t held = 0;  // this device's pieces of the gradient tree
+  {
+    const auto [value, grads] = dax::value_and_grad(loss)(params);
+    for (const auto& g : grads) {
+      REQUIRE(g.sharding() == params[&g - grads.data()].sharding());
+      held += dax::numel(g.local_shape()) * 4;
+    }
+    CHECK(gradients_in_use() - before == held);
+  }
+  CHECK(gradients_in_use() == before);  // let go with the tree
+}
+
+TEST_CASE("meta: one report per class of devices, each the same as simulating every device of it", "[meta]") {
+  // The batch splits evenly over 'data' (4, 4), the hidden layer unevenly over 'model' (3, 3, 3, 1):
+  // the devices at model = 3 hold and move less, whatever their 'data' coordinate.
+  const Sizes sizes{8, 6, 10, 5};
+  const auto step = [&] { return train_step(Mesh({2, 4}, {"data", "model"}), sizes); };
+  const dax::SimulationClasses found = dax::simulate_classes({.count = 8}, step);
+  REQUIRE(found.varying_axes == std::vector<std::string>{"model"});
+  CHECK(found.exact);
+  REQUIRE(found.classes.size() == 2);
+  CHECK(found.classes[0].count == 6);
+  CHECK(found.classes[1].count == 2);
+  CHECK(found.classes[0].members == "model=0; model=1; model=2 (any 'data')");
+  CHECK(found.classes[1].members == "model=3 (any 'data')");
+  CHECK(found.simulations == 5);  // devices 0 (the origin), 4 (data = 1, the last), 1 and 3 (the model probes), 2
+  for (int device = 0; device < 8; ++device) {
+    INFO("device " << device);
+    const dax::SimulationReport alone = dax::simulate({.count = 8, .device = device}, step);
+    CHECK(dax::detail::same_view(found.classes[device % 4 == 3 ? 1 : 0].report, alone));
+    CHECK_FALSE(dax::detail::same_view(found.classes[device % 4 == 3 ? 0 : 1].report, alone));
+  }
+  CHECK(found.table().find("2 classes of devices among 8 simulated devices") == 0);
+  CHECK(found.json().find("\"varying_axes\": [\"model\"]") != std::string::npos);
+  // Nothing uneven: one class, simulated along each axis once.
+  const auto even = dax::simulate_classes({.count = 8}, [&] { return train_step(Mesh({2, 4}, {"data", "model"}), {8, 6, 8, 4}); });
+  REQUIRE(even.classes.size() == 1);
+  CHECK(even.classes[0].count == 8);
+  CHECK(even.varying_axes.empty());
+  CHECK(even.classes[0].members == "every device");
 }
 
 TEST_CASE("meta: a step plans on 16,384 simulated devices in one process", "[meta]") {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -23,6 +24,7 @@
 #include <dax/comm/comm_stats.hpp>
 #include <dax/ops/cost.hpp>
 #include <dax/runtime/runtime.hpp>
+#include <dax/sharding/mesh.hpp>
 
 namespace dax {
 
@@ -160,6 +162,56 @@ inline SimulationReport simulation_report(const Runtime& rt) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// One simulation (dax::simulate's body); `seen`, when given, gets the largest mesh the step used.
+template <class Step>
+SimulationReport simulate_one(MetaDevices devices, Step& step, const std::optional<CostModel>& model,
+                              std::optional<Mesh>* seen) {
+  const CommStats saved_stats = comm_stats();
+  const std::optional<CostModel> saved_model = cost_model_override();
+  struct Restore {
+    const CommStats& stats;
+    const std::optional<CostModel>& model;
+    ~Restore() {
+      comm_stats() = stats;
+      cost_model_override() = model;
+    }
+  } restore{saved_stats, saved_model};
+  if (model) cost_model_override() = *model;
+  comm_stats().reset();
+  Runtime meta(devices);
+  const auto report = [&] {
+    if constexpr (std::is_void_v<std::invoke_result_t<Step&>>) {
+      step();
+      return simulation_report(meta);
+    } else {
+      const auto kept = step();  // counted in final_bytes, then let go before the meta runtime
+      return simulation_report(meta);
+    }
+  }();
+  if (seen && meta.largest_mesh_seen()) *seen = *meta.largest_mesh_seen();
+  return report;
+}
+
+/// Whether two devices' reports say the same, all but which device each is.
+inline bool same_view(const SimulationReport& a, const SimulationReport& b) {
+  const auto same_collectives = [](const std::vector<SimulatedCollective>& x, const std::vector<SimulatedCollective>& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const auto& p, const auto& q) {
+      return p.kind == q.kind && p.axes == q.axes && p.calls == q.calls && p.bytes == q.bytes && p.site == q.site;
+    });
+  };
+  const bool same_parts = std::equal(a.parts.begin(), a.parts.end(), b.parts.begin(), b.parts.end(),
+                                     [](const auto& p, const auto& q) {
+                                       return p.name == q.name && p.at_peak == q.at_peak && p.bytes_in_use == q.bytes_in_use;
+                                     });
+  return a.peak_bytes == b.peak_bytes && a.final_bytes == b.final_bytes && same_parts &&
+         same_collectives(a.collectives, b.collectives) && same_collectives(a.sites, b.sites) &&
+         a.gemm_flops == b.gemm_flops && a.kernels == b.kernels;
+}
+
+}  // namespace detail
+
 /// Runs `step()` with simulated devices standing in for the real ones (`devices.count` of them,
 /// this process playing `devices.device`) and reports what that device held and moved. The step
 /// builds what it uses (its model, its optimizer) inside: arrays made before hold real data and
@@ -169,26 +221,178 @@ inline SimulationReport simulation_report(const Runtime& rt) {
 /// communication counters are left as they were.
 template <class Step>
 SimulationReport simulate(MetaDevices devices, Step&& step, std::optional<CostModel> model = std::nullopt) {
-  const CommStats saved_stats = comm_stats();
-  const std::optional<CostModel> saved_model = detail::cost_model_override();
-  struct Restore {
-    const CommStats& stats;
-    const std::optional<CostModel>& model;
-    ~Restore() {
-      comm_stats() = stats;
-      detail::cost_model_override() = model;
+  return detail::simulate_one(devices, step, model, nullptr);
+}
+
+/// Devices whose reports are the same: which of the mesh's devices they are and one report for
+/// them all (dax::simulate_classes).
+struct DeviceClass {
+  int64_t count = 0;          // devices of the mesh it stands for (of those enumerated: see `exact`)
+  std::string members;        // which, by mesh coordinates: "stage=0 (any 'data', 'model')"
+  std::vector<int> simulated; // the devices simulated that gave this report (report.device first)
+  SimulationReport report;
+};
+
+struct SimulationClasses {
+  int devices = 1;
+  std::string mesh;                        // the largest mesh the step used
+  std::vector<std::string> varying_axes;   // the axes along which the reports differ
+  bool exact = true;  // every coordinate of the varying axes simulated (else a sample of the
+                      // larger ones: the counts cover the sampled coordinates only)
+  int simulations = 0;
+  std::vector<DeviceClass> classes;        // the largest first
+
+  std::string table() const {
+    std::ostringstream out;
+    out << classes.size() << (classes.size() == 1 ? " class" : " classes") << " of devices among " << devices
+        << " simulated devices on " << mesh << ", from " << simulations << " simulations; the reports differ along "
+        << (varying_axes.empty() ? std::string("no axis") : join_axes(varying_axes))
+        << (exact ? "" : " (larger axes sampled: counts cover the sampled coordinates)") << "\n";
+    for (size_t i = 0; i < classes.size(); ++i) {
+      const DeviceClass& c = classes[i];
+      out << "class " << i + 1 << ": " << c.count << " device" << (c.count == 1 ? "" : "s") << ", " << c.members << "\n";
+      std::istringstream lines(c.report.table());
+      for (std::string line; std::getline(lines, line);) out << "  " << line << "\n";
     }
-  } restore{saved_stats, saved_model};
-  if (model) detail::cost_model_override() = *model;
-  comm_stats().reset();
-  Runtime meta(devices);
-  if constexpr (std::is_void_v<std::invoke_result_t<Step&>>) {
-    step();
-    return detail::simulation_report(meta);
-  } else {
-    const auto kept = step();  // counted in final_bytes, then let go before the meta runtime
-    return detail::simulation_report(meta);
+    return out.str();
   }
+
+  std::string json() const {
+    std::ostringstream out;
+    out << "{\"devices\": " << devices << ", \"mesh\": " << detail::json_string(mesh) << ", \"varying_axes\": [";
+    for (size_t i = 0; i < varying_axes.size(); ++i) out << (i ? ", " : "") << detail::json_string(varying_axes[i]);
+    out << "], \"exact\": " << (exact ? "true" : "false") << ", \"simulations\": " << simulations << ", \"classes\": [";
+    for (size_t i = 0; i < classes.size(); ++i) {
+      const DeviceClass& c = classes[i];
+      out << (i ? ", " : "") << "{\"count\": " << c.count << ", \"members\": " << detail::json_string(c.members)
+          << ", \"simulated\": [";
+      for (size_t k = 0; k < c.simulated.size(); ++k) out << (k ? ", " : "") << c.simulated[k];
+      out << "], \"report\": " << c.report.json() << "}";
+    }
+    out << "]}";
+    return out.str();
+  }
+
+ private:
+  static std::string join_axes(const std::vector<std::string>& axes) {
+    std::string text;
+    for (size_t i = 0; i < axes.size(); ++i) text += (i ? ", '" : "'") + axes[i] + "'";
+    return text;
+  }
+};
+
+/// One report per class of devices that would hold and move the same: runs `step` on
+/// `devices.count` simulated devices as device 0, then as the device one step and the last step
+/// along each axis of the largest mesh the step used, and, along the axes where any of those
+/// differed from device 0 (a pipeline's 'stage', an axis that splits a dimension unevenly),
+/// as every combination of their coordinates (at most 64 coordinates an axis; a larger one is
+/// sampled: 0, 1, 2, the middle and the last two). Devices differing only along the other axes
+/// are taken to be alike: the assumption is that a device's view changes along an axis only if
+/// it changes between the first, second and last coordinates of that axis; the tests check it
+/// against simulating every device at small sizes. `devices.device` is ignored.
+template <class Step>
+SimulationClasses simulate_classes(MetaDevices devices, Step&& step, std::optional<CostModel> model = std::nullopt) {
+  std::map<int, SimulationReport> done;
+  std::optional<Mesh> mesh;
+  const auto run = [&](int device) -> const SimulationReport& {
+    auto it = done.find(device);
+    if (it == done.end())
+      it = done.emplace(device, detail::simulate_one({devices.count, device}, step, model, mesh ? nullptr : &mesh)).first;
+    return it->second;
+  };
+  SimulationClasses out;
+  out.devices = devices.count;
+  const SimulationReport& first = run(0);  // learns the mesh
+  if (!mesh) {  // no mesh: every device runs the same program on nothing split
+    out.mesh = "no mesh";
+    out.simulations = 1;
+    out.classes.push_back({devices.count, "every device", {0}, first});
+    return out;
+  }
+  out.mesh = to_string(*mesh);
+  const int axes = mesh->num_axes();
+  const std::vector<int64_t> origin = mesh->coords(mesh->devices().front());
+  const auto device_with = [&](int axis, int64_t coordinate) {
+    std::vector<int64_t> c = origin;
+    c[static_cast<size_t>(axis)] = coordinate;
+    return mesh->device_at(c);
+  };
+  const SimulationReport& origin_report = run(mesh->devices().front());
+  // The axes along which the view changes, and the coordinates to simulate along each.
+  std::vector<int> varying;
+  std::vector<std::vector<int64_t>> coordinates;
+  for (int a = 0; a < axes; ++a) {
+    const int64_t n = mesh->axis_size(a);
+    bool differs = false;
+    for (int64_t c : {int64_t{1}, n - 1})
+      if (c > 0 && c < n && !detail::same_view(run(device_with(a, c)), origin_report)) differs = true;
+    if (!differs) continue;
+    varying.push_back(a);
+    out.varying_axes.push_back(mesh->axis_names()[static_cast<size_t>(a)]);
+    std::vector<int64_t> along;
+    if (n <= 64) {
+      for (int64_t c = 0; c < n; ++c) along.push_back(c);
+    } else {
+      along = {0, 1, 2, n / 2, n - 2, n - 1};
+      out.exact = false;
+    }
+    coordinates.push_back(along);
+  }
+  int64_t alike = 1;  // devices per combination: the non-varying axes' sizes
+  std::string any;
+  for (int a = 0; a < axes; ++a)
+    if (std::find(varying.begin(), varying.end(), a) == varying.end() && mesh->axis_size(a) > 1) {
+      alike *= mesh->axis_size(a);
+      any += (any.empty() ? "'" : ", '") + mesh->axis_names()[static_cast<size_t>(a)] + "'";
+    }
+  // Every combination of the varying axes' coordinates, grouped by report.
+  struct Group {
+    std::vector<std::string> combinations;
+    DeviceClass cls;
+  };
+  std::vector<Group> groups;
+  std::vector<size_t> at(varying.size(), 0);
+  while (true) {
+    std::vector<int64_t> c = origin;
+    std::string name;
+    for (size_t v = 0; v < varying.size(); ++v) {
+      c[static_cast<size_t>(varying[v])] = coordinates[v][at[v]];
+      name += (v ? ", " : "") + mesh->axis_names()[static_cast<size_t>(varying[v])] + "=" +
+              std::to_string(coordinates[v][at[v]]);
+    }
+    const int device = mesh->device_at(c);
+    const SimulationReport& r = run(device);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return detail::same_view(x.cls.report, r); });
+    if (g == groups.end()) {
+      groups.push_back({});
+      g = groups.end() - 1;
+      g->cls.report = r;
+    }
+    g->combinations.push_back(name);
+    g->cls.simulated.push_back(device);
+    g->cls.count += alike;
+    size_t v = 0;  // the next combination, the last axis fastest
+    for (; v < varying.size(); ++v) {
+      const size_t k = varying.size() - 1 - v;
+      if (++at[k] < coordinates[k].size()) break;
+      at[k] = 0;
+    }
+    if (v == varying.size()) break;
+  }
+  for (Group& g : groups) {
+    std::string members;
+    const size_t shown = std::min<size_t>(g.combinations.size(), 8);
+    for (size_t i = 0; i < shown; ++i) members += (i ? "; " : "") + g.combinations[i];
+    if (g.combinations.size() > shown) members += "; ... (" + std::to_string(g.combinations.size()) + " in all)";
+    if (members.empty()) members = "every device";
+    if (!any.empty() && !varying.empty()) members += " (any " + any + ")";
+    g.cls.members = members;
+    out.classes.push_back(std::move(g.cls));
+  }
+  std::stable_sort(out.classes.begin(), out.classes.end(),
+                   [](const DeviceClass& a, const DeviceClass& b) { return a.count > b.count; });
+  out.simulations = static_cast<int>(done.size());
+  return out;
 }
 
 }  // namespace dax

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -77,6 +78,8 @@ class Runtime {
   Runtime() : Runtime(nullptr, nullptr) {}
   Runtime(int& argc, char**& argv) : Runtime(&argc, &argv) {}
   /// A meta runtime: `devices.count` simulated devices, this process being `devices.device`.
+  /// (A program started with DAX_SIMULATE=N:D in its environment gets one from Runtime(argc, argv)
+  /// too, without MPI: the whole program then runs as device D of N simulated devices.)
   explicit Runtime(MetaDevices devices);
 
   ~Runtime();
@@ -103,8 +106,13 @@ class Runtime {
     return *rt;
   }
 
-  /// Throws unless every device of `mesh` is a rank of the world.
+  /// Throws unless every device of `mesh` is a rank of the world. A meta runtime also keeps the
+  /// largest mesh it was asked about (dax::simulate_classes varies the device over its coordinates).
   void check_mesh(const Mesh& mesh) const;
+
+  /// On a meta runtime: the mesh of the most devices its step used so far (the first of equal
+  /// ones), or null.
+  const Mesh* largest_mesh_seen() const { return largest_mesh_seen_ ? &*largest_mesh_seen_ : nullptr; }
 
   /// This rank's communicator over the mesh axes `axes`: the devices that share its coordinates on
   /// every other axis, ranked by their coordinates on `axes`, axes[0] major (so a shard_map
@@ -127,6 +135,7 @@ class Runtime {
 
  private:
   Runtime(int* argc, char*** argv);
+  void start_meta(MetaDevices devices);
 
   /// The transport of a new group: MPI on CPU; on CUDA, NCCL or (DAX_TRANSPORT=mpi) MPI with
   /// device buffers staged through pinned host memory.
@@ -170,6 +179,7 @@ class Runtime {
   std::unique_ptr<detail::MpiCommunicator> world_;
   std::unique_ptr<detail::Communicator> meta_world_;  // a meta runtime's world (world_ is then empty)
   Runtime* outer_ = nullptr;                          // the runtime a meta one stands in for
+  mutable std::optional<Mesh> largest_mesh_seen_;     // a meta runtime's (check_mesh)
   Backend outer_backend_ = Backend::cpu;
   detail::GroupTable<std::unique_ptr<detail::Communicator>> groups_;
   std::vector<std::function<void()>> shutdown_hooks_;

@@ -13,6 +13,7 @@
 #include <dax/comm/meta_communicator.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/runtime/runtime.hpp>
+#include <dax/runtime/stats_file.hpp>
 
 namespace dax {
 namespace detail {
@@ -40,10 +41,44 @@ namespace detail {
   if (std::terminate_handler previous = previous_terminate()) previous();
   std::abort();
 }
+
+/// DAX_SIMULATE=N:D (or N, device 0): the world a program started that way simulates, if set.
+DAX_OUTLINE std::optional<MetaDevices> simulated_world_from_env() {
+  const char* text = std::getenv("DAX_SIMULATE");
+  if (!text || !*text) return std::nullopt;
+  MetaDevices devices;
+  char* end = nullptr;
+  const long count = std::strtol(text, &end, 10);
+  long device = 0;
+  bool ok = end != text && count >= 1 && count <= (1 << 30);
+  if (ok && *end == ':') {
+    const char* d = end + 1;
+    device = std::strtol(d, &end, 10);
+    ok = end != d && device >= 0 && device < count;
+  }
+  DAX_CHECK(ok && *end == '\0', "DAX_SIMULATE: expected N or N:D (N simulated devices, this process device D, ",
+            "0 <= D < N), got '", text, "'");
+  devices.count = static_cast<int>(count);
+  devices.device = static_cast<int>(device);
+  return devices;
+}
+
 }  // namespace detail
 
 DAX_OUTLINE Runtime::Runtime(int* argc, char*** argv) {
   DAX_CHECK(detail::current_runtime() == nullptr, "dax: a dax::Runtime is already alive; create one per process");
+  if (const std::optional<MetaDevices> simulated = detail::simulated_world_from_env()) {
+    // MPI too, as a world of one: a program may call MPI itself (its own checks), as under mpirun.
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      detail::mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      owns_mpi_ = true;
+    }
+    start_meta(*simulated);
+    return;
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -105,7 +140,9 @@ DAX_OUTLINE uint64_t Runtime::next_generation() {
   return ++created;
 }
 
-DAX_OUTLINE Runtime::Runtime(MetaDevices devices) {
+DAX_OUTLINE Runtime::Runtime(MetaDevices devices) { start_meta(devices); }
+
+DAX_OUTLINE void Runtime::start_meta(MetaDevices devices) {
   DAX_CHECK(devices.count >= 1 && devices.device >= 0 && devices.device < devices.count,
             "dax::MetaDevices: expected count >= 1 and 0 <= device < count, got count ", devices.count,
             " and device ", devices.device);
@@ -125,12 +162,18 @@ DAX_OUTLINE Runtime::Runtime(MetaDevices devices) {
 }
 
 DAX_OUTLINE Runtime::~Runtime() {
+  if (!outer_) detail::write_stats_file(rank_, size_, to_string(backend_).c_str());  // DAX_STATS_FILE
   if (backend_ == Backend::meta) {  // nothing to shut down: give the world back to the outer runtime
     detail::finish_in_flight();
     for (auto& hook : shutdown_hooks_) hook();
     groups_.clear();
     detail::active_backend() = outer_backend_;
     detail::current_runtime() = outer_;
+    if (owns_mpi_) {  // a program simulated as a whole (DAX_SIMULATE)
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    }
     return;
   }
   leave("returned from main: its dax::Runtime was destroyed");
@@ -168,6 +211,8 @@ DAX_OUTLINE void Runtime::check_mesh(const Mesh& mesh) const {
   DAX_CHECK(largest < size_, to_string(mesh), " needs ", mesh.size(), " devices (ids up to ",
             largest, ") but the world has ", size_, " rank", size_ == 1 ? "" : "s",
             ": launch with mpirun -np ", largest + 1, " or use a smaller mesh");
+  if (backend_ == Backend::meta && (!largest_mesh_seen_ || mesh.size() > largest_mesh_seen_->size()))
+    largest_mesh_seen_ = mesh;
 }
 
 DAX_OUTLINE detail::Communicator& Runtime::group(const Mesh& mesh, const std::vector<int>& axes) {
