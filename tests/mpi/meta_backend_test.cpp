@@ -188,6 +188,37 @@ TEST_CASE("meta: one report per class of devices, each the same as simulating ev
   CHECK(even.classes[0].members == "every device");
 }
 
+TEST_CASE("meta: the report lists the moves ops made of their inputs on their own", "[meta]") {
+  // x is split by rows, y by columns: their sum takes y as x is, a move the step did not write
+  // (dax::ExplicitSharding would refuse it). The explicit dax::reshard after it is not listed.
+  const auto step = [] {
+    const Mesh mesh({4}, {"x"});
+    const auto x = dax::zeros<float>({8, 12}, NamedSharding(mesh, P("x", dax::none)));
+    const auto y = dax::zeros<float>({8, 12}, NamedSharding(mesh, P(dax::none, "x")));
+    const auto z = x + y;
+    return dax::reshard(z, NamedSharding(mesh, P(dax::none, "x")));
+  };
+  const dax::SimulationReport r = dax::simulate({.count = 4, .device = 1}, step);
+  REQUIRE(r.implicit_reshards.size() == 1);
+  const auto& move = r.implicit_reshards[0];
+  CHECK(move.op == "add");
+  CHECK(move.array == "float32(8, 12)");
+  CHECK(move.from == "P(None, 'x')");
+  CHECK(move.to == "P('x', None)");
+  CHECK(move.count == 1);
+  // Each device takes its 2 rows of y and holds 3 of their 12 columns already: 2 x 9 floats come in.
+  CHECK(move.bytes == 2 * 9 * 4);
+  CHECK(r.table().find("implicit reshards (an op moved an input on its own") != std::string::npos);
+  CHECK(r.json().find("\"implicit_reshards\": [{\"op\": \"add\"") != std::string::npos);
+  // A step that writes every move lists none.
+  const auto clean = dax::simulate({.count = 4, .device = 1}, [] {
+    const Mesh mesh({4}, {"x"});
+    return dax::zeros<float>({8, 12}, NamedSharding(mesh, P("x", dax::none))) * 2.0f;
+  });
+  CHECK(clean.implicit_reshards.empty());
+  CHECK(clean.table().find("implicit reshards: none") != std::string::npos);
+}
+
 TEST_CASE("meta: a step plans on 16,384 simulated devices in one process", "[meta]") {
   const auto started = std::chrono::steady_clock::now();
   const Sizes sizes{128 * 8, 64, 128 * 16, 32};

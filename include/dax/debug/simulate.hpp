@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include <dax/array/explicit_sharding.hpp>
 #include <dax/array/profile_hook.hpp>
 #include <dax/backend/memory_stats.hpp>
 #include <dax/backend/meta/memory.hpp>
@@ -36,6 +37,16 @@ struct SimulatedCollective {
   std::string site;   // in `sites`: the call site (dax::NamedScope or explicit move), "" outside them
 };
 
+/// Moves that ops made of their inputs on their own (what dax::ExplicitSharding would refuse), by
+/// op, array and layouts.
+struct SimulatedImplicitReshard {
+  std::string op;     // "matmul", "add", ...
+  std::string array;  // dtype and shape: "float32[8, 8]"
+  std::string from, to;  // the partition specs
+  int64_t count = 0;
+  int64_t bytes = 0;  // received per device (the most any device receives), over all of them
+};
+
 struct SimulationReport {
   int devices = 1;
   int device = 0;
@@ -45,6 +56,7 @@ struct SimulationReport {
   std::vector<MemoryPartBytes> parts;  // both by part (dax::MemoryPart; bytes_in_use: at the end)
   std::vector<SimulatedCollective> collectives;
   std::vector<SimulatedCollective> sites;  // the same per call site (comm_stats().by_site())
+  std::vector<SimulatedImplicitReshard> implicit_reshards;  // in the order first seen
   double gemm_flops = 0;    // the products' 2mnk, summed
   int64_t kernels = 0;      // local kernels the device would have run
   CostModel model;          // what the estimate below assumes (and what the rules chose plans by)
@@ -101,6 +113,19 @@ struct SimulationReport {
         out << line << (c.site.empty() ? "(outside every scope)" : c.site) << "\n";
       }
     }
+    if (implicit_reshards.empty()) {
+      out << "  implicit reshards: none (every move is one the step wrote)\n";
+    } else {
+      int64_t moves = 0, moved = 0;
+      for (const auto& r : implicit_reshards) moves += r.count, moved += r.bytes;
+      out << "  implicit reshards (an op moved an input on its own; dax::ExplicitSharding refuses them): " << moves
+          << ", " << moved << " bytes\n";
+      for (const auto& r : implicit_reshards) {
+        std::snprintf(line, sizeof line, "    %-12s %-24s %s -> %s: %lld, %lld bytes\n", r.op.c_str(), r.array.c_str(),
+                      r.from.c_str(), r.to.c_str(), static_cast<long long>(r.count), static_cast<long long>(r.bytes));
+        out << line;
+      }
+    }
     std::snprintf(line, sizeof line,
                   "  estimated step %.4g s: communication %.4g s, compute %.4g s (%.4g GFLOP at %.4g TFLOP/s, "
                   "links at %.4g GB/s)\n",
@@ -132,6 +157,13 @@ struct SimulationReport {
       const auto& c = sites[i];
       out << (i ? ", " : "") << "{\"kind\": \"" << c.kind << "\", \"axes\": \"" << c.axes << "\", \"site\": "
           << detail::json_string(c.site) << ", \"calls\": " << c.calls << ", \"bytes\": " << c.bytes << "}";
+    }
+    out << "], \"implicit_reshards\": [";
+    for (size_t i = 0; i < implicit_reshards.size(); ++i) {
+      const auto& r = implicit_reshards[i];
+      out << (i ? ", " : "") << "{\"op\": " << detail::json_string(r.op) << ", \"array\": " << detail::json_string(r.array)
+          << ", \"from\": " << detail::json_string(r.from) << ", \"to\": " << detail::json_string(r.to)
+          << ", \"count\": " << r.count << ", \"bytes\": " << r.bytes << "}";
     }
     out << "]}";
     return out.str();
@@ -181,7 +213,9 @@ SimulationReport simulate_one(MetaDevices devices, Step& step, const std::option
   if (model) cost_model_override() = *model;
   comm_stats().reset();
   Runtime meta(devices);
-  const auto report = [&] {
+  // The implicit moves are listed, not refused (a scope of the step's own still decides inside it).
+  ExplicitSharding implicit(ExplicitSharding::Action::record);
+  auto report = [&] {
     if constexpr (std::is_void_v<std::invoke_result_t<Step&>>) {
       step();
       return simulation_report(meta);
@@ -190,6 +224,15 @@ SimulationReport simulate_one(MetaDevices devices, Step& step, const std::option
       return simulation_report(meta);
     }
   }();
+  for (const ImplicitReshard& r : implicit.seen()) {
+    SimulatedImplicitReshard row{r.op, to_string(r.dtype) + to_string(r.shape), to_string(r.from.spec()),
+                                 to_string(r.to.spec()), 1, r.bytes};
+    auto same = std::find_if(report.implicit_reshards.begin(), report.implicit_reshards.end(), [&](const auto& x) {
+      return x.op == row.op && x.array == row.array && x.from == row.from && x.to == row.to;
+    });
+    if (same == report.implicit_reshards.end()) report.implicit_reshards.push_back(std::move(row));
+    else ++same->count, same->bytes += row.bytes;
+  }
   if (seen && meta.largest_mesh_seen()) *seen = *meta.largest_mesh_seen();
   return report;
 }
@@ -205,7 +248,12 @@ inline bool same_view(const SimulationReport& a, const SimulationReport& b) {
                                      [](const auto& p, const auto& q) {
                                        return p.name == q.name && p.at_peak == q.at_peak && p.bytes_in_use == q.bytes_in_use;
                                      });
-  return a.peak_bytes == b.peak_bytes && a.final_bytes == b.final_bytes && same_parts &&
+  const bool same_moves = std::equal(a.implicit_reshards.begin(), a.implicit_reshards.end(), b.implicit_reshards.begin(),
+                                    b.implicit_reshards.end(), [](const auto& p, const auto& q) {
+                                      return p.op == q.op && p.array == q.array && p.from == q.from && p.to == q.to &&
+                                             p.count == q.count && p.bytes == q.bytes;
+                                    });
+  return a.peak_bytes == b.peak_bytes && a.final_bytes == b.final_bytes && same_parts && same_moves &&
          same_collectives(a.collectives, b.collectives) && same_collectives(a.sites, b.sites) &&
          a.gemm_flops == b.gemm_flops && a.kernels == b.kernels;
 }
