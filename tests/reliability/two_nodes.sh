@@ -13,6 +13,7 @@
 set -u
 mpiexec=$1
 shift
+program=("$@")
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
   echo "two_nodes: SKIPPED: needs root, ip (iproute2) and unshare to make network namespaces"
   exit 77
@@ -61,8 +62,7 @@ printf '%s slots=2\n%s slots=2\n' "$subnet.1" "$subnet.2" > "$tmp/hosts"
 
 echo "two_nodes: node a (dax-node-a, $subnet.1) and node b (dax-node-b, $subnet.2), 2 ranks each"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export DAX_EXPECT_NODES=2
 ip netns exec "$a" unshare --uts sh -c 'hostname dax-node-a && exec "$@"' sh \
   "$mpiexec" -n 4 --hostfile "$tmp/hosts" --mca plm_rsh_agent "$tmp/agent" \
-  --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" --mca btl tcp,vader,self \
-  "$@"
+  --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" --mca btl tcp,vader,self --mca mpi_yield_when_idle 1 \
+  "${program[@]}"

@@ -31,6 +31,8 @@ struct CmaCounts {
   int64_t remote_iovecs = 0;  // the other process's side, after joining segments that follow on
   int64_t peer_writes = 0;    // segments written straight into another process's mapped piece
   int64_t published = 0;      // calls in which this process's receive piece was offered to its senders
+  int64_t groups_across_nodes = 0;  // groups that found members on other nodes: their exchanges go by MPI
+  int64_t mpi_exchanges = 0;        // strided exchanges that went through MPI's datatypes (MPI_Alltoallw)
 };
 inline CmaCounts& cma_counts() {
   static CmaCounts counts;

@@ -66,10 +66,15 @@ inline LastCollective& last_collective() {
   static LastCollective last;
   return last;
 }
+/// "all_reduce of 1 float32", or the kind alone for a call without a count.
+inline std::string call_text(const char* kind, int64_t count, DType type) {
+  return count ? cat(kind, " of ", count, " ", to_string(type)) : std::string(kind);
+}
+
 inline std::string last_collective_text() {
   const LastCollective& l = last_collective();
   if (!l.kind) return "it had called no collective";
-  return cat("its last collective was ", l.count ? cat(l.kind, " of ", l.count, " ", to_string(l.type)) : std::string(l.kind),
+  return cat("its last collective was ", call_text(l.kind, l.count, l.type),
              " (call #", l.number, " on the group ", l.group ? *l.group : std::string("?"), ")");
 }
 
@@ -80,7 +85,7 @@ inline bool same_call(const CallRecord& a, const CallRecord& b) {
 
 /// "all_reduce of 1 float32 (call #3 on this group)", from a record.
 inline std::string call_record_text(const CallRecord& r) {
-  std::string s = r.count ? cat(r.kind, " of ", r.count, " ", to_string(static_cast<DType>(r.type))) : std::string(r.kind);
+  std::string s = call_text(r.kind, r.count, static_cast<DType>(r.type));
   return s + " (call #" + std::to_string(r.number) + " on this group)";
 }
 
@@ -410,7 +415,7 @@ class MpiCallChecks {
   }
 
   static std::string what(const Call& call) {
-    std::string s = call.count ? cat(call.kind, " of ", call.count, " ", to_string(call.type)) : std::string(call.kind);
+    std::string s = call_text(call.kind, call.count, call.type);
     if (call.label) s += " in " + *call.label;
     return s + " (call #" + std::to_string(call.number) + " on this group)";
   }

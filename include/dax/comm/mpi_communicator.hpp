@@ -303,6 +303,7 @@ class MpiCommunicator final : public Communicator {
     const auto& x = static_cast<const MpiRegionExchange&>(prepared);
     Guard guard(checks_, "exchange", 0, DType::int64);
     if (x.by_cma) return cma_exchange(x, send, recv, guard);
+    ++cma_counts().mpi_exchanges;
     guard.check(MPI_Alltoallw(send, x.send_counts.data(), x.displs.data(), x.send_types.data(), recv,
                             x.recv_counts.data(), x.displs.data(), x.recv_types.data(), comm_),
               "MPI_Alltoallw");
@@ -472,7 +473,10 @@ class MpiCommunicator final : public Communicator {
     int on_node = 0;
     mpi_check(MPI_Comm_size(node, &on_node), "MPI_Comm_size");
     MPI_Comm_free(&node);
-    if (on_node != size_) ok = 0;
+    if (on_node != size_) {  // members on other nodes: plain MPI between them
+      ok = 0;
+      ++cma_counts().groups_across_nodes;
+    }
     const bool tried = ok != 0;
     // Every member reads every other's probe word, a value drawn per process: a read that lands in
     // another process (a process id from another namespace) does not find it.
