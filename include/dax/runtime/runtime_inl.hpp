@@ -67,24 +67,17 @@ DAX_OUTLINE std::optional<MetaDevices> simulated_world_from_env() {
 
 DAX_OUTLINE Runtime::Runtime(int* argc, char*** argv) {
   DAX_CHECK(detail::current_runtime() == nullptr, "dax: a dax::Runtime is already alive; create one per process");
-  if (const std::optional<MetaDevices> simulated = detail::simulated_world_from_env()) {
-    // MPI too, as a world of one: a program may call MPI itself (its own checks), as under mpirun.
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      detail::mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-      owns_mpi_ = true;
-    }
-    start_meta(*simulated);
-    return;
-  }
+  const std::optional<MetaDevices> simulated = detail::simulated_world_from_env();
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) {
+  if (!initialized) {  // simulated too, as a world of one: a program may call MPI itself (its own checks)
     int provided = 0;
     detail::mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     owns_mpi_ = true;
+  }
+  if (simulated) {  // DAX_SIMULATE: the whole program as one simulated device
+    start_meta(*simulated);
+    return;
   }
   MPI_Comm world = MPI_COMM_NULL;
   detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
