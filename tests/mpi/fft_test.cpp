@@ -226,8 +226,33 @@ TEST_CASE("fft's errors name what was expected and what came", "[fft]") {
   const auto z = dax::zeros<dax::complex128>({4, 5}, NamedSharding(mesh, P()));
   CHECK(dax::test::error_of([&] { (void)dax::fft::fft(z, 2); }) == "fft: axis 2 is out of range for an array of rank 2");
   CHECK(dax::test::error_of([&] { (void)dax::fft::fftn(z, {1, -1}); }) == "fftn: axis -1 is named twice");
-  CHECK(dax::test::error_of([&] { (void)dax::fft::irfft(z, 12); }) ==
-        "irfftn: an output 12 long along axis 1 needs 7 input values there, got 5");
+  CHECK(dax::test::error_of([&] { (void)dax::fft::irfft(z, 0); }) ==
+        "irfftn: the output length along axis 1 must be positive, got 0");
+}
+
+TEST_CASE("irfft and irfftn crop or pad their input with zeros to the lengths asked for, as NumPy", "[fft]") {
+  Pick pick(41);
+  for (int trial = 0; trial < 10; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const Shape shape = random_shape(pick, 2);
+    const NamedSharding sharding = random_sharding(pick, mesh, 2);
+    const auto host = random_complex<Z>(dax::numel(shape), 2000 + trial);
+    const auto x = dax::device_put(host, shape, sharding);
+    // Output lengths that take fewer and more input values than x holds, along both axes.
+    const std::vector<int64_t> s{std::max<int64_t>(1, shape[0] + int64_t(pick(5)) - 2), int64_t(pick(2 * shape[1] + 3)) + 1};
+    const Shape need{s[0], s[1] / 2 + 1};
+    std::vector<Z> fitted(static_cast<size_t>(dax::numel(need)), Z(0));  // the input NumPy would transform
+    for (int64_t i = 0; i < std::min(shape[0], need[0]); ++i)
+      for (int64_t j = 0; j < std::min(shape[1], need[1]); ++j) fitted[size_t(i * need[1] + j)] = host[size_t(i * shape[1] + j)];
+    INFO(dax::to_string(shape) << " -> s (" << s[0] << ", " << s[1] << ") " << dax::to_string(sharding));
+    const auto got = dax::fft::irfftn(x, s, {0, 1});
+    REQUIRE(got.shape() == Shape{s[0], s[1]});
+    CHECK(got.sharding() == sharding);
+    const auto want = dax::fft::irfftn(dax::device_put(fitted, need, sharding), s, {0, 1});
+    CHECK(max_error(got, widen(dax::test::host(want))) <= 1e-12);
+    const auto one = dax::fft::irfft(x, s[1]);  // the last axis alone
+    REQUIRE(one.shape() == Shape{shape[0], s[1]});
+  }
 }
 
 TEST_CASE("copies of a replicated result are bit-identical (their plans are not timed per rank)", "[fft]") {

@@ -14,6 +14,7 @@
 #include <dax/array/profile_hook.hpp>
 #include <dax/array/reshard.hpp>
 #include <dax/backend/fft_ops.hpp>
+#include <dax/ops/join.hpp>
 #include <dax/fft/fft_rule.hpp>
 
 namespace dax::fft {
@@ -175,8 +176,8 @@ DistArray<std::complex<R>> rfft(const DistArray<R>& x, int axis = -1, Norm norm 
 }
 
 /// The inverse of rfftn (numpy.fft.irfftn): real output whose lengths along `axes` are `s` (by
-/// default the input's, except the last axis's 2 (m - 1)). The input's last axis must be
-/// s.back() / 2 + 1 long and the others s's lengths (NumPy would crop or pad; dax asks for them).
+/// default the input's, except the last axis's 2 (m - 1)). As NumPy, the input is first cropped or
+/// padded with zeros to s's lengths along those axes (the last to s.back() / 2 + 1).
 template <class R>
 DistArray<R> irfftn(const DistArray<std::complex<R>>& x, const std::vector<int64_t>& s = {},
                     const std::vector<int>& axes = {}, Norm norm = Norm::backward, Output output = Output::like_input) {
@@ -184,16 +185,27 @@ DistArray<R> irfftn(const DistArray<std::complex<R>>& x, const std::vector<int64
   DAX_CHECK(!ax.empty(), "irfftn: a scalar has no axis to transform");
   DAX_CHECK(s.empty() || s.size() == ax.size(), "irfftn: s has ", s.size(), " lengths for ", ax.size(), " axes");
   Shape out_shape = x.shape();
+  DistArray<std::complex<R>> input = x;
   for (size_t i = 0; i < ax.size(); ++i) {
     const int64_t m = x.shape()[ax[i]];
     const bool last = i + 1 == ax.size();
     const int64_t want = s.empty() ? (last ? 2 * (m - 1) : m) : s[i];
     DAX_CHECK(want > 0, "irfftn: the output length along axis ", ax[i], " must be positive, got ", want);
-    DAX_CHECK(last ? m == want / 2 + 1 : m == want, "irfftn: an output ", want, " long along axis ", ax[i], " needs ",
-              last ? want / 2 + 1 : want, " input values there, got ", m);
     out_shape[ax[i]] = want;
+    const int64_t need = last ? want / 2 + 1 : want;  // input values that output takes
+    if (m > need) {  // cropped
+      std::vector<int64_t> start(input.shape().size(), 0), stop(input.shape().begin(), input.shape().end());
+      stop[ax[i]] = need;
+      input = slice(input, start, stop);
+    } else if (m < need) {  // padded with zeros
+      Shape pad = input.shape();
+      pad[ax[i]] = need - m;
+      input = concatenate(std::vector<DistArray<std::complex<R>>>{input, zeros<std::complex<R>>(pad, input.sharding())}, ax[i]);
+    }
   }
-  return detail::run_fft<R>("irfftn", x, ax, detail::FftKind::c2r, false, norm, output, out_shape);
+  // The result takes the caller's layout ("like the input"), whatever the padding's concatenate chose.
+  if (!(input.sharding() == x.sharding())) input = reshard(input, x.sharding());
+  return detail::run_fft<R>("irfftn", input, ax, detail::FftKind::c2r, false, norm, output, out_shape);
 }
 
 /// irfftn along one axis with output length n (numpy.fft.irfft; n = -1: 2 (m - 1)).
