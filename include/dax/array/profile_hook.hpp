@@ -6,6 +6,7 @@
 // autodiff.
 #pragma once
 
+#include <dax/core/json_string.hpp>
 #include <dax/core/compiled_mode.hpp>
 #include <chrono>
 #include <cstdint>
@@ -66,16 +67,6 @@ inline void profile_wait_for_device() {
 #if DAX_CUDA_BACKEND
   if (dev::on_gpu()) cuda::synchronize();
 #endif
-}
-
-inline std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
-    else out += c;
-  }
-  return out + "\"";
 }
 
 /// The op an elementwise function object's pretty signature names, as function_name<F>() spells

@@ -19,6 +19,7 @@ struct MemoryPartBytes {
   std::string name;
   int64_t bytes_in_use = 0;
   int64_t at_peak = 0;
+  friend bool operator==(const MemoryPartBytes&, const MemoryPartBytes&) = default;
 };
 
 struct MemoryStats {

@@ -35,6 +35,7 @@ struct SimulatedCollective {
   int64_t calls = 0;
   int64_t bytes = 0;  // received by the simulated device, over all calls
   std::string site;   // in `sites`: the call site (dax::NamedScope or explicit move), "" outside them
+  friend bool operator==(const SimulatedCollective&, const SimulatedCollective&) = default;
 };
 
 /// Moves that ops made of their inputs on their own (what dax::ExplicitSharding would refuse), by
@@ -45,6 +46,7 @@ struct SimulatedImplicitReshard {
   std::string from, to;  // the partition specs
   int64_t count = 0;
   int64_t bytes = 0;  // received per device (the most any device receives), over all of them
+  friend bool operator==(const SimulatedImplicitReshard&, const SimulatedImplicitReshard&) = default;
 };
 
 struct SimulationReport {
@@ -239,22 +241,8 @@ SimulationReport simulate_one(MetaDevices devices, Step& step, const std::option
 
 /// Whether two devices' reports say the same, all but which device each is.
 inline bool same_view(const SimulationReport& a, const SimulationReport& b) {
-  const auto same_collectives = [](const std::vector<SimulatedCollective>& x, const std::vector<SimulatedCollective>& y) {
-    return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const auto& p, const auto& q) {
-      return p.kind == q.kind && p.axes == q.axes && p.calls == q.calls && p.bytes == q.bytes && p.site == q.site;
-    });
-  };
-  const bool same_parts = std::equal(a.parts.begin(), a.parts.end(), b.parts.begin(), b.parts.end(),
-                                     [](const auto& p, const auto& q) {
-                                       return p.name == q.name && p.at_peak == q.at_peak && p.bytes_in_use == q.bytes_in_use;
-                                     });
-  const bool same_moves = std::equal(a.implicit_reshards.begin(), a.implicit_reshards.end(), b.implicit_reshards.begin(),
-                                    b.implicit_reshards.end(), [](const auto& p, const auto& q) {
-                                      return p.op == q.op && p.array == q.array && p.from == q.from && p.to == q.to &&
-                                             p.count == q.count && p.bytes == q.bytes;
-                                    });
-  return a.peak_bytes == b.peak_bytes && a.final_bytes == b.final_bytes && same_parts && same_moves &&
-         same_collectives(a.collectives, b.collectives) && same_collectives(a.sites, b.sites) &&
+  return a.peak_bytes == b.peak_bytes && a.final_bytes == b.final_bytes && a.parts == b.parts &&
+         a.collectives == b.collectives && a.sites == b.sites && a.implicit_reshards == b.implicit_reshards &&
          a.gemm_flops == b.gemm_flops && a.kernels == b.kernels;
 }
 

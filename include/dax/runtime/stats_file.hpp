@@ -11,17 +11,9 @@
 
 #include <dax/backend/memory_stats.hpp>
 #include <dax/comm/comm_stats.hpp>
+#include <dax/core/json_string.hpp>
 
 namespace dax::detail {
-
-inline std::string stats_json_text(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
-  return out + "\"";
-}
 
 /// Writes the file DAX_STATS_FILE names, if set (nothing otherwise). Never throws: it runs while
 /// the runtime shuts down; a file it cannot write is reported on stderr.
@@ -36,13 +28,13 @@ inline void write_stats_file(int rank, int size, const char* backend) noexcept {
                        ", \"backend\": \"" + backend + "\", \"peak_bytes\": " + std::to_string(m.peak_bytes_in_use) +
                        ", \"final_bytes\": " + std::to_string(m.bytes_in_use) + ", \"parts\": [";
     for (size_t i = 0; i < m.parts.size(); ++i)
-      text += (i ? ", " : "") + std::string("{\"name\": ") + stats_json_text(m.parts[i].name) +
+      text += (i ? ", " : "") + std::string("{\"name\": ") + json_string(m.parts[i].name) +
               ", \"at_peak\": " + std::to_string(m.parts[i].at_peak) + "}";
     text += "], \"collectives\": [";
     bool first = true;
     for (const auto& [key, count] : comm_stats().entries()) {
-      text += (first ? "" : ", ") + std::string("{\"kind\": ") + stats_json_text(key.first) +
-              ", \"axes\": " + stats_json_text(key.second) + ", \"calls\": " + std::to_string(count.calls) +
+      text += (first ? "" : ", ") + std::string("{\"kind\": ") + json_string(key.first) +
+              ", \"axes\": " + json_string(key.second) + ", \"calls\": " + std::to_string(count.calls) +
               ", \"bytes\": " + std::to_string(count.bytes) + "}";
       first = false;
     }
