@@ -226,3 +226,44 @@ TEST_CASE("a split backward: the input's gradient first, the weights' GEMMs in a
   CHECK(relative_error(weights.at(bs.trace_id()).as<double>().to_host(), all.at(b.trace_id()).as<double>().to_host()) <
         1e-12);
 }
+
+TEST_CASE("a split backward moves a row-parallel product's cotangent once, as the whole backward does",
+          "[autodiff][pipeline]") {
+  // Under sequence parallelism a row-parallel product's output is reduce-scattered over the
+  // tokens; its cotangent is gathered back for both halves of the backward (dX = g W^T and
+  // dW = X^T g). ZB-H1 runs the halves in separate passes: the gathered g is kept between them.
+  const int n = world_size();
+  const Mesh mesh({n}, {"model"});
+  std::mt19937 rng(23);
+  const int64_t tokens = 4 * n, f = 2 * n, d = 3;
+  const auto x0 = dax::device_put(normal_values(size_t(tokens * f), rng, 1.0), {tokens, f}, NamedSharding(mesh, P(dax::none, "model")));
+  const auto w0 = dax::device_put(normal_values(size_t(f * d), rng, 0.5), {f, d}, NamedSharding(mesh, P("model")));
+  const auto r = dax::device_put(normal_values(size_t(tokens * d), rng, 1.0), {tokens, d}, NamedSharding(mesh, P("model")));
+  const NamedSharding sequence(mesh, P("model", dax::none));
+  auto record = [&](dax::detail::Tape& tape, DistArray<double>& x, DistArray<double>& w) {
+    dax::detail::TapeScope scope(tape);
+    x.set_trace_id(tape.watch());
+    w.set_trace_id(tape.watch());
+    return dax::sum(dax::matmul(x, w, sequence) * r);
+  };
+  const auto seed = dax::ones<double>({}, NamedSharding(mesh, P()));
+  dax::detail::Tape whole, split;
+  auto x = x0, w = w0;
+  const auto y = record(whole, x, w);
+  dax::comm_stats().reset();
+  const auto all = whole.backward(y.trace_id(), seed, {x.trace_id(), w.trace_id()});
+  const auto whole_moves = dax::comm_stats().of("all_gather");
+  auto xs = x0, ws = w0;
+  const auto ys = record(split, xs, ws);
+  dax::comm_stats().reset();
+  dax::detail::Tape::WeightPass later;
+  const auto input = split.backward_input(ys.trace_id(), seed, xs.trace_id(), later);
+  const auto weights = split.backward_weight(later, {ws.trace_id()});
+  const auto split_moves = dax::comm_stats().of("all_gather");
+  CHECK(split_moves.calls == whole_moves.calls);
+  CHECK(split_moves.bytes == whole_moves.bytes);
+  if (n > 1) CHECK(whole_moves.bytes == (n - 1) * (tokens / n) * d * int64_t(sizeof(double)));
+  CHECK(relative_error(input.at(xs.trace_id()).as<double>().to_host(), all.at(x.trace_id()).as<double>().to_host()) < 1e-12);
+  CHECK(relative_error(weights.at(ws.trace_id()).as<double>().to_host(), all.at(w.trace_id()).as<double>().to_host()) <
+        1e-12);
+}

@@ -4,6 +4,7 @@
 // when K is split) are brought to the result's sharding.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -74,18 +75,26 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
 /// asked to be, e.g. a row-parallel output under sequence parallelism), it is moved once.
 /// `sums` (MatmulGrad's a_sums, b_sums as the forward saw them): a leaf operand's cotangent is
 /// summed over that many backward passes before its one reduction.
+/// `split`: a split backward (zero-bubble) asks for one side now and the other in a later call
+/// with the same g; the moved g is kept there between the two calls, so it moves once then too.
 template <class T>
 Cotangents matmul_cotangents(const DistArray<T>& g, const DistArray<T>& a, const DistArray<T>& b, bool need_a,
-                             bool need_b, MatmulGrad sums = {}) {
+                             bool need_b, MatmulGrad sums = {}, std::optional<DistArray<T>>* split = nullptr) {
   Cotangents out(2);
   const DistArray<T> bt = transpose_last_two(b), at = transpose_last_two(a);
   DistArray<T> gm = g;
-  if (need_a && need_b) {
+  if (split && *split) {  // the first call's move
+    gm = std::move(**split);
+    split->reset();
+  } else if ((need_a && need_b) || split) {
     const NamedSharding for_a =
         matmul_rule_for(g, bt, a.sharding(), false, false, true, matmul_grad(g, bt), sums.a_sums).best().a;
     const NamedSharding for_b =
         matmul_rule_for(at, g, b.sharding(), false, false, true, matmul_grad(at, g), sums.b_sums).best().b;
-    if (for_a == for_b && !(for_a == g.sharding())) gm = moved_to(g, for_a);
+    if (for_a == for_b && !(for_a == g.sharding())) {
+      gm = moved_to(g, for_a);
+      if (split) *split = gm;
+    }
   }
   if (need_a) out[0] = AnyArray(sum_to(matmul_nd(gm, bt, a.sharding(), false, false, true, sums.a_sums), a.shape()));
   if (need_b) out[1] = AnyArray(sum_to(matmul_nd(at, gm, b.sharding(), false, false, true, sums.b_sums), b.shape()));
@@ -114,13 +123,16 @@ DistArray<T> matmul(const DistArray<T>& a, const DistArray<T>& b,
   }();
   detail::record("matmul", r, [&](auto need) {
     const detail::MatmulGrad sums = detail::matmul_grad(a, b);  // leaves' sums, as the forward sees them
-    return [need, a2, b2, av, bv, sums](const DistArray<T>& g) {
+    // A split backward's moved cotangent, kept from its first half for the second.
+    auto split = std::make_shared<std::optional<DistArray<T>>>();
+    return [need, a2, b2, av, bv, sums, split](const DistArray<T>& g) {
       DistArray<T> g2 = g;  // the added unit dimensions back in place
       if (av) g2 = detail::insert_unit_dim(g2, g2.ndim() - (bv ? 0 : 1));
       if (bv) g2 = detail::insert_unit_dim(g2, g2.ndim());
       // A split backward may want one side only (the weight's GEMM waits for its own pass).
       const bool need_a = need[0] && detail::cotangent_wanted(0), need_b = need[1] && detail::cotangent_wanted(1);
-      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need_a, need_b, sums);
+      const bool halves = need[0] && need[1] && need_a != need_b;
+      detail::Cotangents c = detail::matmul_cotangents(g2, a2, b2, need_a, need_b, sums, halves ? split.get() : nullptr);
       if (av && need_a) c[0] = detail::AnyArray(detail::drop_unit_dim(c[0].template as<T>(), 0));
       if (bv && need_b) {
         const auto& cb = c[1].template as<T>();
