@@ -204,7 +204,8 @@ bool same_collectives(const dax::CommStats& simulated, const dax::CommStats& mea
 struct PipelineReport {
   dax::pipeline::StepStats stats;
   double sent_received = 0, sent_formula = 0;  // activations and gradients received over 'stage'
-  double data_parallel = 0, data_formula = 0;  // all-reduce of this stage's gradients over 'data'
+  double data_parallel = 0, data_formula = 0;  // all-reduces of this stage's gradients (but over 'model' alone)
+  double fsdp = 0, fsdp_formula = 0;           // FSDP's all-gathers and reduce-scatters over 'data'
   double megatron = 0, megatron_formula = 0;   // all-reduces over 'model' (the cross-entropy's included)
   double experts = 0, experts_formula = 0;     // all_to_allv over 'data': 2 x rows moved x d_model x 4
   double context = 0, context_formula = 0;     // --cp: ring attention's ppermutes over 'context'
@@ -277,11 +278,14 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
   const double n_data = double(mesh.axis_size("data")), n_model = double(mesh.axis_size("model"));
   const double n_context = here.context() ? double(mesh.axis_size("context")) : 1;
   const double tokens_here = double(rows) / (n_data * n_context), activation = tokens_here * double(c.d_model) * 4;
-  double pieces = 0, reduces = 0, cross_entropy = 0, experts_over_model = 0, layers_here = 0;
+  double pieces = 0, replicated_over_model = 0, expert_pieces = 0, reduces = 0, cross_entropy = 0, layers_here = 0;
   for (int k = 0; k < chunks; ++k) {
     if (schedule.stage_of(k) != stage) continue;
     pieces += lm::pieces_bytes(here, params[size_t(k)], device);
-    if (sp) experts_over_model += lm::expert_pieces_bytes(here, params[size_t(k)], device);
+    expert_pieces += lm::expert_pieces_bytes(here, params[size_t(k)], device);
+    // With SP the gradients summed over the residual stream's tokens, else the routers' (the
+    // planner splits their product over 'model'): reduced over the token axes and 'model'.
+    replicated_over_model += sp ? lm::sequence_summed_bytes(params[size_t(k)]) : lm::router_bytes(params[size_t(k)]);
     // Megatron per microbatch: two all-reduces a layer forward and two backward, the embedding's
     // forward on the first chunk, the head input's backward on the last.
     // (Experts in place of the MLPs take two a layer away.)
@@ -294,43 +298,48 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
     if (k > 0 && schedule.stage_of(k - 1) != stage) report.sent_formula += m * crossing;
     if (k + 1 < chunks && schedule.stage_of(k + 1) != stage) report.sent_formula += m * crossing;
   }
+  // The experts' gradients are summed inside each microbatch's backward over the devices that
+  // route tokens to the same experts (replication typing: the shard_map's pbroadcast transposes
+  // to a psum), so m times a step: over 'model' with SP (counted with Megatron's all-reduces),
+  // over 'context' with --cp (and 'model' with SP too; counted with the gradients').
+  const double expert_group = n_context * (sp ? n_model : 1);
+  const double experts_reduced = m * 2 * (expert_group - 1) / expert_group * expert_pieces;
   const auto& st = run.last_step;
   report.sent_received = double(st.of("send_recv", "('stage',)").bytes);
   report.megatron = double(st.of("all_reduce", "('model',)").bytes);
   if (sp)  // each all-reduce a reduce-scatter and an all-gather of the same bytes together
     report.megatron += double(st.of("reduce_scatter", "('model',)").bytes + st.of("all_gather", "('model',)").bytes);
   report.megatron_formula = reduces * m * 2 * (n_model - 1) / n_model * activation + cross_entropy +
-                            m * 2 * (n_model - 1) / n_model * experts_over_model;  // the experts' gradients (SP), per microbatch
+                            (here.context() ? 0 : experts_reduced);
   constexpr double tolerance = 64;  // the scalars: the loss's mean and the clipping norm
+  // The gradients' all-reduces: every group but 'model' alone (the activations').
+  for (const auto& [key, count] : st.entries())
+    if (key.first == "all_reduce" && key.second != "('model',)") report.data_parallel += double(count.bytes);
+  const double n_tokens = n_data * n_context;
   if (fsdp) {
-    report.data_parallel = double(st.of("all_gather", "('data',)").bytes + st.of("reduce_scatter", "('data',)").bytes);
+    report.fsdp = double(st.of("all_gather", "('data',)").bytes + st.of("reduce_scatter", "('data',)").bytes);
     // Gathered again for each microbatch, in the compute type; reduce-scattered in float32.
-    report.data_formula = m * (lm::compute_share(c) + 1) * (n_data - 1) / n_data * pieces;
-  } else if (here.context()) {  // the gradients summed over the tokens of data x context, once a step
-    report.data_parallel = double(st.of("all_reduce", "('data',)").bytes + st.of("all_reduce", "('data', 'context')").bytes +
-                                  st.of("all_reduce", "('context',)").bytes);
-    report.data_formula = lm::data_parallel_formula(n_data * n_context, 1, pieces, 0);
-  } else {
-    report.data_parallel = double(st.of("all_reduce", "('data',)").bytes + st.of("all_reduce", "('data', 'model')").bytes);
-    double sp_pieces = 0;  // with SP, the gradients summed over the residual stream's tokens
-    for (int k = 0; k < chunks; ++k)  // the routers': over data x model (lm::router_bytes)
-      if (!sp && schedule.stage_of(k) == stage) sp_pieces += lm::router_bytes(params[size_t(k)]);
-    for (int k = 0; k < chunks; ++k)
-      if (sp && schedule.stage_of(k) == stage) sp_pieces += lm::sequence_summed_bytes(params[size_t(k)]);
-    report.data_formula = lm::data_parallel_formula(n_data, sp || c.experts > 0 ? n_model : 1, pieces, sp_pieces);
-    for (int k = 0; k < chunks; ++k)  // the experts' small all-reduces, every layer and microbatch
-      if (schedule.stage_of(k) == stage)
-        report.data_formula += m * double(params[size_t(k)].layers.size()) *
-                               lm::experts_scalar_bytes(c, n_data * (sp ? n_model : 1));
+    report.fsdp_formula = m * (lm::compute_share(c) + 1) * (n_data - 1) / n_data * pieces;
+    // With --cp each microbatch's reduce-scattered shard is summed over 'context' too.
+    report.data_formula = m * 2 * (n_context - 1) / n_context * pieces / n_data;
+  } else {  // the gradients summed over the tokens of data x context, once a step
+    report.data_formula = lm::data_parallel_formula(n_tokens, sp || c.experts > 0 ? n_model : 1, pieces,
+                                                    sp || c.experts > 0 ? replicated_over_model : 0);
   }
-  // Ring attention: each layer passes its k and v blocks (this device's tokens x its heads' width)
-  // c - 1 steps forward and their gradients c - 1 steps back, every microbatch (lm::formula_bytes).
+  if (here.context()) report.data_formula += experts_reduced;
+  // The experts' small all-reduces, every layer and microbatch, over the devices that split the tokens.
+  report.data_formula += m * layers_here * lm::experts_scalar_bytes(c, n_tokens * (sp ? n_model : 1));
+  // Ring attention: each layer passes its k and v blocks (this device's tokens x its heads' width,
+  // in the compute type) c - 1 steps forward and their gradients c - 1 steps back, every
+  // microbatch (lm::formula_bytes).
   report.context = double(st.of("ppermute", "('context',)").bytes);
-  report.context_formula = layers_here * m * 4 * (n_context - 1) * tokens_here * double(c.d_model) / n_model * 4;
+  report.context_formula = layers_here * m * 4 * (n_context - 1) * tokens_here * double(c.d_model) / n_model *
+                           double(dax::itemsize(c.compute));
   report.experts = double(st.of("all_to_allv", "('data',)").bytes);
   report.experts_formula = 2.0 * double(run.moe_rows) * double(c.d_model) * 4;
   report.ok = report.experts == report.experts_formula && std::abs(report.sent_received - report.sent_formula) < 1 &&
               std::abs(report.data_parallel - report.data_formula) <= tolerance && report.context == report.context_formula &&
+              std::abs(report.fsdp - report.fsdp_formula) <= tolerance &&
               report.megatron <= report.megatron_formula + tolerance;
   return run;
 }
@@ -455,13 +464,10 @@ Options parse_options(int argc, char** argv, int ranks) {
   if (why.str().empty() && ranks % (o.pp * o.cp) != 0)
     why << (o.cp > 1 ? "--cp " + std::to_string(o.cp) + (o.pp > 1 ? " x " : "") : "")
         << (o.pp > 1 || o.cp == 1 ? "--pp " + std::to_string(o.pp) : "") << " does not divide the job's " << ranks << " ranks; ";
-  if (o.cp > 1) {  // ring attention over 'context' (what it is not combined with yet, and why)
-    if (o.sp) why << "--cp with --sp is not offered yet (both split the sequence); ";
-    if (o.fsdp) why << "--cp with --fsdp is not offered yet (its bytes are not checked); ";
-    if (o.moe > 0) why << "--cp with --moe is not offered yet; ";
-    if (o.config.compute != dax::DType::float32)  // ring attention's softmax statistics would be 16-bit
-      why << "--cp with --precision bf16 / f16 is not offered yet (ring attention would keep its softmax sums "
-             "in 16 bits); ";
+  if (o.cp > 1) {  // ring attention over 'context'
+    if (o.pp > 1 && o.fsdp)  // (docs/training.md, "Not yet")
+      why << "--pp with --cp and --fsdp is not offered yet (the planner gathers the MLP's activations over data x "
+             "context in its backward, more bytes than FSDP's formula); ";
     if (c.seq % (2 * o.cp) != 0)
       why << "--cp " << o.cp << " needs --seq (" << c.seq << ") to divide into 2 x " << o.cp << " zigzag chunks; ";
   }
@@ -567,8 +573,12 @@ int pipelined_main(const Options& o, bool root) {
       std::cout << "  " << std::setw(15) << key.first << " over " << std::setw(12) << key.second << ": "
                 << std::setw(3) << count.calls << " calls, " << count.bytes << " B\n";
     std::cout << "one step's bytes on rank 0: stage transfers "
-              << report.sent_received << " B (formula " << report.sent_formula << "), over data "
-              << report.data_parallel << " B (formula " << report.data_formula << "), over model " << report.megatron
+              << report.sent_received << " B (formula " << report.sent_formula << "), "
+              << (o.fsdp ? "FSDP over data " + std::to_string(int64_t(report.fsdp)) + " B (formula " +
+                               std::to_string(int64_t(report.fsdp_formula)) + "), "
+                         : std::string())
+              << "gradients' all-reduces " << report.data_parallel << " B (formula " << report.data_formula
+              << "), over model " << report.megatron
               << " B (Megatron's formula, at most " << report.megatron_formula << ")"
               << (report.context_formula > 0 ? ", ring attention (ppermute over context) " +
                                                    std::to_string(int64_t(report.context)) + " B (formula " +
@@ -613,7 +623,16 @@ int pipelined_main(const Options& o, bool root) {
     std::cout << "final loss " << run.losses.back() << " nats against the unigram entropy " << entropy << " nats\n";
     ok = ok && run.losses.back() < entropy;
   }
-  // Every rank checked its own bytes and peaks; rank 0 reports which differed.
+  // Every rank checked its own bytes and peaks; rank 0 reports which differed, each such rank what.
+  if (!(report.ok && peaks_ok && simulated_same))
+    std::cerr << "rank " << dax::Runtime::current().rank() << ": stage transfers " << int64_t(report.sent_received)
+              << " B (formula " << int64_t(report.sent_formula) << "), FSDP " << int64_t(report.fsdp) << " B ("
+              << int64_t(report.fsdp_formula) << "), gradients' all-reduces " << int64_t(report.data_parallel) << " B ("
+              << int64_t(report.data_formula) << "), over model " << int64_t(report.megatron) << " B (at most "
+              << int64_t(report.megatron_formula) << "), ring " << int64_t(report.context) << " B ("
+              << int64_t(report.context_formula) << "), experts " << int64_t(report.experts) << " B ("
+              << int64_t(report.experts_formula) << "); peaks as the schedule's: " << (peaks_ok ? "yes" : "no")
+              << "; as simulated: " << (simulated_same ? "yes" : "no") << "\n";
   const dax::Mesh ranks({n}, {"ranks"});
   const std::vector<int32_t> differs =
       dax::from_local<int32_t>({report.ok && peaks_ok && simulated_same ? 0 : 1}, {n}, dax::NamedSharding(ranks, dax::P("ranks")))
@@ -776,11 +795,16 @@ int main(int argc, char** argv) {
                 << (c.compute == dax::DType::float32 ? "2(n-1)/n" : "(1/2 + 1)(n-1)/n, gathered in 16 bits,")
                 << " * |W| = "
                 << bytes.formula.fsdp << " B\n";
-    else
+    if (layout.fsdp && layout.context())
+      std::cout << "FSDP's shards summed over context (all-reduce, the scalars included): " << bytes.data_parallel
+                << " B, formula 2(c-1)/c * |W| / n = " << bytes.formula.data_parallel << " B\n";
+    else if (!layout.fsdp)
       std::cout << "data parallel (all-reduce over " << (layout.context() ? "data x context" : "data")
-                << ", the scalars included): " << bytes.data_parallel
-                << " B, formula 2(n-1)/n * |W|" << (layout.sp ? " (SP: over data and model for the norms, biases and wpe)" : "")
-                << " = " << bytes.formula.data_parallel << " B\n";
+                << ", the scalars included): " << bytes.data_parallel << " B, formula 2(n-1)/n * |W|"
+                << (layout.sp ? " (SP: over data and model for the norms, biases and wpe)" : "")
+                << (c.experts > 0 ? " (the routers over the token axes and model" : "")
+                << (c.experts > 0 && layout.context() ? ", the experts over context" : "")
+                << (c.experts > 0 ? ")" : "") << " = " << bytes.formula.data_parallel << " B\n";
     if (layout.context())
       std::cout << "context parallel (ring attention's ppermutes over context): " << bytes.context
                 << " B, formula L x 4(c-1) x |k or v block| = " << bytes.formula.context << " B\n";
@@ -809,9 +833,15 @@ int main(int argc, char** argv) {
   }
   bool ok = true;
   // bfloat16's 8-bit mantissa: the devices' partial sums, rounded where one device has none,
-  // differ by more than float32's; float16 keeps 11 bits.
-  const double tolerance = c.compute == dax::DType::bfloat16 ? 1e-2 : 1e-3;
+  // differ by more than float32's; float16 keeps 11 bits. With experts and 16-bit products a
+  // token whose top experts' probabilities lie within that rounding of each other may go to the
+  // other one, and from then on the runs are not the same trajectory: a few percent.
+  const bool routing_flips = c.experts > 0 && c.compute != dax::DType::float32;
+  const double tolerance = routing_flips ? 0.05 : c.compute == dax::DType::bfloat16 ? 1e-2 : 1e-3;
   if (root) {
+    if (routing_flips)
+      std::cout << "(experts with 16-bit products: routing may differ where probabilities tie within rounding; losses "
+                   "checked to " << tolerance << ")\n";
     const std::vector<int> checked{1, std::min(50, steps), steps};
     for (int step : checked) {
       const double got = run.losses[static_cast<size_t>(step - 1)], want = reference[static_cast<size_t>(step - 1)];

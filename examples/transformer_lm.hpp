@@ -107,14 +107,18 @@ struct Layout {
   }
   dax::NamedSharding tokens() const { return {mesh, dax::P(token_axes())}; }  // ids, labels
   /// Token positions split like the residual stream's rows.
-  dax::NamedSharding residual_tokens() const {
-    return sp ? dax::NamedSharding{mesh, dax::P(dax::axes("data", "model"))} : tokens();
+  dax::NamedSharding residual_tokens() const { return sp ? dax::NamedSharding{mesh, dax::P(sequence_axes())} : tokens(); }
+  /// With sequence parallelism the residual stream's tokens are split over the token axes and
+  /// then 'model' (with --cp each context block's tokens split again over 'model').
+  dax::PartitionSpec::Entry sequence_axes() const {
+    return context() ? dax::PartitionSpec::Entry(dax::axes("data", "context", "model"))
+                     : dax::PartitionSpec::Entry(dax::axes("data", "model"));
   }
   dax::NamedSharding activations() const { return {mesh, dax::P(token_axes(), dax::none)}; }  // (tokens, d)
   /// The residual stream (tokens, d): the activations' layout, or with sequence parallelism the
   /// tokens split over 'data' and then 'model'.
   dax::NamedSharding residual() const {
-    return sp ? dax::NamedSharding{mesh, dax::P(dax::axes("data", "model"), dax::none)} : activations();
+    return sp ? dax::NamedSharding{mesh, dax::P(sequence_axes(), dax::none)} : activations();
   }
   /// A column-parallel matmul's input: the residual stream gathered over 'model' (with sequence
   /// parallelism one all-gather; else nothing to do).
@@ -233,12 +237,9 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
   return in_compute_type(c, [&]<class T>() {
     const auto x = compute_input<T>(layout, normed);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
-    // Ring attention runs in float32 only (transformer_lm refuses --cp with 16-bit --precision:
-    // its softmax sums would be 16-bit), so it is not compiled for the 16-bit types.
-    if constexpr (std::is_same_v<T, float>)
-      if (layout.context())  // row-parallel output: one all-reduce
-        return to_float(dax::matmul(ring(c, layout, x, p, scale), to_compute<T>(p.wo), layout.residual())) + p.bo;
-    DAX_CHECK(!layout.context(), "transformer_lm: ring attention (--cp) runs in float32 only");
+    // Ring attention: k and v travel in the compute type, each block's softmax runs in float.
+    if (layout.context())  // row-parallel output: one all-reduce (SP: reduce-scatter)
+      return to_float(dax::matmul(ring(c, layout, x, p, scale), to_compute<T>(p.wo), layout.residual())) + p.bo;
     const dax::Shape heads_shape{c.batch, c.seq, c.heads, c.head_dim()};
     const auto q = dax::reshape(dax::matmul(x, to_compute<T>(p.wq)), heads_shape);
     const auto k = dax::reshape(dax::matmul(x, to_compute<T>(p.wk)), heads_shape);
@@ -547,33 +548,39 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
       static_cast<double>(dax::numel(layout.tokens().devices_indices_map({c.tokens()}).at(device)));
   b.formula = formula_bytes(c, layout, tokens_here, pieces_bytes);
   const double token_groups = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")) *
+                                                  (layout.context() ? layout.mesh.axis_size("context") : 1) *
                                                   (layout.sp ? layout.mesh.axis_size(layout.mesh.axis_index("model")) : 1));
   const double experts_scalars = static_cast<double>(c.layers) * experts_scalar_bytes(c, token_groups);
   const double n_model = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("model")));
   b.cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4;
   b.megatron = static_cast<double>(stats.of("all_reduce", "('model',)").bytes) - b.cross_entropy;
-  b.data_parallel = static_cast<double>(stats.of("all_reduce", "('data',)").bytes);
-  if (layout.context()) {  // the gradients over data x context; ring attention's blocks over 'context'
-    b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'context')").bytes +
-                                           stats.of("all_reduce", "('context',)").bytes);
-    b.context = static_cast<double>(stats.of("ppermute", "('context',)").bytes);
-  }
+  // The gradients' all-reduces: every group but 'model' alone (the activations'): over 'data',
+  // with --cp over data x context, the parameters replicated over 'model' (SP's sequence-summed
+  // ones, the routers) over those and 'model' too, and with --cp the experts over 'context'.
+  for (const auto& [key, count] : stats.entries())
+    if (key.first == "all_reduce" && key.second != "('model',)") b.data_parallel += static_cast<double>(count.bytes);
+  if (layout.context()) b.context = static_cast<double>(stats.of("ppermute", "('context',)").bytes);
+  const double n_context = layout.context() ? static_cast<double>(layout.mesh.axis_size("context")) : 1;
+  const double n_tokens = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data"))) * n_context;
   if (layout.sp) {
-    // Each Megatron all-reduce is a reduce-scatter and an all-gather; the sequence-summed
-    // gradients are reduced over data x model together.
-    const double n_data_ = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")));
+    // Each Megatron all-reduce is a reduce-scatter and an all-gather.
     b.sequence_parallel = static_cast<double>(stats.of("reduce_scatter", "('model',)").bytes +
                                               stats.of("all_gather", "('model',)").bytes);
     b.megatron += b.sequence_parallel;
-    b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'model')").bytes);
-    b.formula.data_parallel = data_parallel_formula(n_data_, n_model, pieces_bytes, sequence_summed_bytes(params));
+  }
+  // The parameters replicated over 'model' whose gradients contract over tokens split (SP) or
+  // splittable (the routers: the planner halves that product over 'model') there: reduced over
+  // the token axes and 'model' together.
+  if (layout.sp || c.experts > 0)
+    b.formula.data_parallel = data_parallel_formula(n_tokens, n_model, pieces_bytes,
+                                                    layout.sp ? sequence_summed_bytes(params) : router_bytes(params));
+  // The experts' gradients sum over the devices that route tokens to the same experts: with SP
+  // the 'model' group (counted with its all-reduces), with --cp the 'context' group (and 'model').
+  const double n_expert_group = n_context * (layout.sp ? n_model : 1);
+  if (layout.context())
+    b.formula.data_parallel += 2 * (n_expert_group - 1) / n_expert_group * expert_pieces_bytes(layout, params, device);
+  else if (layout.sp)
     b.formula.megatron += 2 * (n_model - 1) / n_model * expert_pieces_bytes(layout, params, device);
-  }
-  if (c.experts > 0 && !layout.sp) {  // the routers' gradients over data x model (router_bytes)
-    const double n_data_ = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data")));
-    b.data_parallel += static_cast<double>(stats.of("all_reduce", "('data', 'model')").bytes);
-    b.formula.data_parallel = data_parallel_formula(n_data_, n_model, pieces_bytes, router_bytes(params));
-  }
   b.formula.data_parallel += experts_scalars;
   b.fsdp = static_cast<double>(stats.of("all_gather", "('data',)").bytes) +
            static_cast<double>(stats.of("reduce_scatter", "('data',)").bytes);
@@ -591,8 +598,12 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
       }
     }, params);
   b.checkable = c.batch % n_data == 0 && even;
-  const bool weights_ok = layout.fsdp ? std::abs(b.fsdp - b.formula.fsdp) <= BytesCheck::tolerance
-                                      : std::abs(b.data_parallel - b.formula.data_parallel) <= BytesCheck::tolerance;
+  // FSDP with --cp: each device's shard of the gradients (1/data of its pieces) is then summed
+  // over 'context' (HSDP's replica all-reduce): 2(c-1)/c of it.
+  if (layout.fsdp)
+    b.formula.data_parallel = 2 * (n_context - 1) / n_context * pieces_bytes / static_cast<double>(n_data);
+  const bool weights_ok = (!layout.fsdp || std::abs(b.fsdp - b.formula.fsdp) <= BytesCheck::tolerance) &&
+                          std::abs(b.data_parallel - b.formula.data_parallel) <= BytesCheck::tolerance;
   // Megatron all-reduces every activation; with many tokens per device the planner moves the
   // (smaller) weights instead, at fewer bytes, which the check accepts and names. More bytes
   // than Megatron's never pass.

@@ -144,6 +144,52 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
   }
 }
 
+TEMPLATE_TEST_CASE("ring attention on 16-bit inputs computes its blocks in float and moves k and v in 16 bits",
+                   "[ring_attention]", dax::bfloat16, dax::half) {
+  using T = TestType;
+  const int c = dax::test::world_size();
+  const Mesh mesh({c}, {"context"});
+  std::mt19937 rng(shared_seed());
+  const int64_t b = 1, h = 2, e = 4, chunk = 8, s = chunk * 2 * c;
+  const Shape shape{b, s, h, e};
+  const size_t n = size_t(b * s * h * e);
+  const auto order = dax::parallel::zigzag_order(s, c);
+  const NamedSharding split(mesh, P(dax::none, "context"));
+  // The inputs rounded to T once; the reference is exact attention of the rounded values.
+  auto rounded = [&] {
+    std::vector<double> x = uniform(n, rng);
+    for (auto& v : x) v = double(float(T(float(3 * v))));  // scores up to ~18: exp's range matters
+    return x;
+  };
+  const std::vector<double> q = rounded(), k = rounded(), v = rounded();
+  auto put = [&](const std::vector<double>& x) {
+    const auto z = reorder(x, order, b, s, h * e, false);
+    std::vector<T> t(z.size());
+    for (size_t i = 0; i < z.size(); ++i) t[i] = T(float(z[i]));
+    return dax::device_put(t, shape, split);
+  };
+  const auto want = host_attention(q, k, v, b, s, h, e, true);
+  // One rounding of the output to T: bfloat16 keeps 8 bits, half 11.
+  const double tolerance = std::is_same_v<T, dax::bfloat16> ? 8e-3 : 1e-3;
+  for (const bool recompute : {false, true}) {
+    DYNAMIC_SECTION((recompute ? "recomputing backward" : "tape's backward") << ", " << c << " devices") {
+      dax::comm_stats().reset();
+      const auto out = dax::parallel::ring_attention(put(q), put(k), put(v), "context",
+                                                     {.causal = true, .recompute = recompute});
+      const auto moved = dax::comm_stats().of("ppermute");
+      const auto host = out.to_host();
+      std::vector<double> got(host.size());
+      for (size_t i = 0; i < host.size(); ++i) got[i] = double(float(host[i]));
+      got = reorder(got, order, b, s, h * e, true);
+      for (size_t i = 0; i < n; ++i) REQUIRE(std::abs(got[i] - want[i]) <= tolerance * (1 + std::abs(want[i])));
+      // k and v go c-1 steps forward: in T's 2 bytes on the tape's path; the recomputing path runs
+      // in float (docs/training.md).
+      const int64_t block = b * (s / c) * h * e;
+      CHECK(moved.bytes == 2 * (c - 1) * block * (recompute ? 4 : 2));
+    }
+  }
+}
+
 TEST_CASE("ring attention's errors name what was expected", "[ring_attention]") {
   const int c = dax::test::world_size();
   const Mesh mesh({c}, {"context"});

@@ -38,11 +38,13 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/core/error.hpp>
+#include <dax/core/float16.hpp>
 #include <dax/manual/collectives.hpp>
 #include <dax/manual/shard_map.hpp>
 #include <dax/ops/einsum.hpp>
@@ -83,10 +85,23 @@ std::pair<DistArray<T>, DistArray<T>> attend_block(const DistArray<T>& q, const 
   return {einsum("bhqk,bkhe->bhqe", p, v) / l, m + log(l)};
 }
 
+/// The type a block's scores, softmax statistics and output are computed in: float for the 16-bit
+/// types (as flash attention accumulates bf16 / fp16 inputs in fp32), else T itself.
+template <class T>
+using RingScores = std::conditional_t<dax::detail::is_float16_v<T>, float, T>;
+
+/// x in the scores' type S (itself when it is already; a local cast, no communication).
+template <class S, class T>
+DistArray<S> as_scores(const DistArray<T>& x) {
+  if constexpr (std::is_same_v<S, T>) return x;
+  else return astype<S>(x);
+}
+
 /// This device's place in the ring, shared by the three ring bodies below: c devices, this one's
 /// index, its query chunks (two in zigzag order when causal, one whole block otherwise), which
 /// block pairs meet at each step, and the permutation that passes k and v on to the next device.
-template <class T>
+/// k and v travel in T; the causal mask is in the scores' type S.
+template <class T, class S = T>
 class RingBlocks {
  public:
   RingBlocks(const Shape& shape, const std::string& axis, bool causal, bool overlap = true)
@@ -107,12 +122,12 @@ class RingBlocks {
   bool meets(int a, int device, int b) const { return !causal_ || chunk_of(device, b) <= chunk_of(me, a); }
   /// The causal mask where they meet on the diagonal (null elsewhere): one (len, len) array for
   /// the whole call, built on its first use.
-  const DistArray<T>* mask(int a, int device, int b) {
+  const DistArray<S>* mask(int a, int device, int b) {
     if (!causal_ || chunk_of(device, b) != chunk_of(me, a)) return nullptr;
     if (!mask_) {
-      std::vector<T> host(static_cast<size_t>(len * len), T(0));
+      std::vector<S> host(static_cast<size_t>(len * len), S(0));
       for (int64_t r = 0; r < len; ++r)
-        for (int64_t col = r + 1; col < len; ++col) host[static_cast<size_t>(r * len + col)] = T(-1e30);
+        for (int64_t col = r + 1; col < len; ++col) host[static_cast<size_t>(r * len + col)] = S(-1e30);
       mask_ = device_put(host, Shape{len, len}, local_sharding());
     }
     return &*mask_;
@@ -160,7 +175,7 @@ class RingBlocks {
  private:
   Shape shape_;
   bool causal_, overlap_;
-  std::optional<DistArray<T>> mask_;
+  std::optional<DistArray<S>> mask_;
 };
 
 /// Blocks' outputs (b, h, n, e) and their lse (b, h, n, 1) combined into one softmax over all
@@ -174,20 +189,25 @@ DistArray<T> combine_blocks(const std::vector<DistArray<T>>& outs, const std::ve
   return o;
 }
 
-/// The body of ring_attention on this device's blocks (b, n, h, e).
+/// The body of ring_attention on this device's blocks (b, n, h, e). k and v travel in T; with a
+/// 16-bit T each block's scores, softmax statistics and output are computed in float and the
+/// combined output converted back.
 template <class T>
 DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v, const std::string& axis,
                                   bool causal, double scale, bool overlap = true) {
-  RingBlocks<T> r(q.shape(), axis, causal, overlap);
-  std::vector<std::vector<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
+  using S = RingScores<T>;
+  RingBlocks<T, S> r(q.shape(), axis, causal, overlap);
+  std::vector<DistArray<S>> q_parts;
+  for (int a = 0; a < r.parts; ++a) q_parts.push_back(as_scores<S>(r.cut(q, a)));
+  std::vector<std::vector<DistArray<S>>> outs(size_t(r.parts)), lses(size_t(r.parts));
   r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
-    auto [o, lse] = attend_block(r.cut(q, a), kb, vb, scale, r.mask(a, from, b));
+    auto [o, lse] = attend_block(q_parts[size_t(a)], as_scores<S>(kb), as_scores<S>(vb), scale, r.mask(a, from, b));
     outs[size_t(a)].push_back(std::move(o));
     lses[size_t(a)].push_back(std::move(lse));
   });
   std::vector<DistArray<T>> parts_out;
   for (int a = 0; a < r.parts; ++a)
-    parts_out.push_back(transpose(combine_blocks(outs[size_t(a)], lses[size_t(a)]), {0, 2, 1, 3}));
+    parts_out.push_back(as_scores<T>(transpose(combine_blocks(outs[size_t(a)], lses[size_t(a)]), {0, 2, 1, 3})));
   return r.joined(parts_out);
 }
 
@@ -302,6 +322,11 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
       DAX_CHECK(name != axis, "ring_attention: q's dimension ", d, " is split over '", axis,
                 "', the sequence's axis; expected it split over other axes, got ", to_string(qs));
   }
+  // The recomputing path's saved lse and travelling accumulators are in T: a 16-bit T runs it in
+  // float (k and v then travel in 32 bits; ring_attention_shard's path keeps them 16-bit).
+  if constexpr (dax::detail::is_float16_v<T>)
+    if (options.recompute)
+      return astype<T>(ring_attention(astype<float>(q), astype<float>(k), astype<float>(v), axis, options));
   const PartitionSpec spec(entry(0), axis, entry(2), none);
   const double s = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   const bool overlap = options.overlap;
