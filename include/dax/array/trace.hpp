@@ -136,7 +136,7 @@ bool tracing(const DistArray<In>&... inputs) {
 /// Whether a gradient flows back to x (a floating value on the tape, not for typing only).
 template <class T>
 bool needs_gradient(const DistArray<T>& x) {
-  return is_floating_v<T> && x.trace_id() != 0 && (x.trace_id() & kTypingOnly) == 0;
+  return is_differentiable_v<T> && x.trace_id() != 0 && (x.trace_id() & kTypingOnly) == 0;
 }
 
 /// How many backward passes add their cotangents of a leaf together, unreduced, before the sum is
@@ -177,7 +177,7 @@ void record(const char* op, DistArray<Out>& out, MakePullback&& make_pullback, c
   if (!tracing(inputs...)) return;
   const std::array<bool, sizeof...(In)> need{needs_gradient(inputs)...};
   Pullback pullback;
-  if constexpr (is_floating_v<Out>) {
+  if constexpr (is_differentiable_v<Out>) {
     if (std::find(need.begin(), need.end(), true) != need.end())
       pullback = [p = make_pullback(need)](const AnyArray& g) { return p(g.template as<Out>()); };
   }
@@ -216,7 +216,7 @@ void record_list(const char* op, DistArray<T>& out, MakePullback&& make_pullback
   }
   if (!any) return;
   Pullback pullback;
-  if constexpr (is_floating_v<T>) {
+  if constexpr (is_differentiable_v<T>) {
     if (std::find(need.begin(), need.end(), true) != need.end())
       pullback = [p = make_pullback(need)](const AnyArray& g) { return p(g.template as<T>()); };
   }

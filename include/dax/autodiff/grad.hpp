@@ -36,13 +36,13 @@ using GradShardingFn =
 
 namespace detail {
 
-/// Marks the floating leaves of `tree` as new tape leaves (integer leaves stay constants).
+/// Marks the floating and complex leaves of `tree` as new tape leaves (integer leaves stay constants).
 template <class Tree>
 void watch_tree(Tape& tape, Tree& tree) {
   tree_for_each(
       [&](auto& leaf) {
         using T = typename std::remove_cvref_t<decltype(leaf)>::value_type;
-        leaf.set_trace_id(is_floating_v<T> ? tape.watch() : 0);
+        leaf.set_trace_id(is_differentiable_v<T> ? tape.watch() : 0);
       },
       tree);
 }

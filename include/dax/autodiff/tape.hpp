@@ -37,7 +37,9 @@ inline AnyArray add_cotangents(const AnyArray& a, const AnyArray& b) {
     case DType::float64: return AnyArray(add(a.as<double>(), b.as<double>()));
     case DType::float16: return AnyArray(add(a.as<half>(), b.as<half>()));
     case DType::bfloat16: return AnyArray(add(a.as<bfloat16>(), b.as<bfloat16>()));
-    default: fail("autodiff: a cotangent of ", to_string(a.dtype()), " (only floating values have gradients)");
+    case DType::complex64: return AnyArray(add(a.as<complex64>(), b.as<complex64>()));
+    case DType::complex128: return AnyArray(add(a.as<complex128>(), b.as<complex128>()));
+    default: fail("autodiff: a cotangent of ", to_string(a.dtype()), " (only floating and complex values have gradients)");
   }
 }
 
@@ -48,7 +50,9 @@ inline AnyArray psum_cotangent(const AnyArray& g, const AxisNames& axes) {
     case DType::float64: return AnyArray(psum(g.as<double>(), axes));
     case DType::float16: return AnyArray(psum(g.as<half>(), axes));
     case DType::bfloat16: return AnyArray(psum(g.as<bfloat16>(), axes));
-    default: fail("autodiff: a cotangent of ", to_string(g.dtype()), " (only floating values have gradients)");
+    case DType::complex64: return AnyArray(psum(g.as<complex64>(), axes));
+    case DType::complex128: return AnyArray(psum(g.as<complex128>(), axes));
+    default: fail("autodiff: a cotangent of ", to_string(g.dtype()), " (only floating and complex values have gradients)");
   }
 }
 

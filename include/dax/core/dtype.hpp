@@ -63,6 +63,11 @@ inline constexpr bool is_complex_v = false;
 template <class R>
 inline constexpr bool is_complex_v<std::complex<R>> = true;
 
+/// The element types gradients flow through: the floating ones and the complex ones (JAX's
+/// convention for complex cotangents: docs/autodiff.md).
+template <class T>
+inline constexpr bool is_differentiable_v = is_floating_v<T> || is_complex_v<T>;
+
 /// The real type of an element: R for std::complex<R>, T itself otherwise.
 template <class T>
 struct real_of { using type = T; };

@@ -14,6 +14,7 @@
 #include <dax/array/profile_hook.hpp>
 #include <dax/array/reshard.hpp>
 #include <dax/backend/fft_ops.hpp>
+#include <dax/ops/complex.hpp>
 #include <dax/ops/join.hpp>
 #include <dax/fft/fft_rule.hpp>
 
@@ -78,10 +79,9 @@ DistArray<Out> fft_stage(const DistArray<In>& x, const FftStage& stage, const Sh
 /// The whole transform: the rule's stages in order, each after moving to its layout, then the move
 /// to the result's sharding. `shapes` gives the array's shape before the first stage and after each.
 template <class Out, class In>
-DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector<int>& axes, FftKind kind,
-                       bool forward, fft::Norm norm, fft::Output output, const Shape& out_shape) {
+DistArray<Out> compute_fft(const char* op, const DistArray<In>& x, const std::vector<int>& axes, FftKind kind,
+                           bool forward, fft::Norm norm, fft::Output output, const Shape& out_shape) {
   const ProfiledOp profiled(op, x);
-  no_gradient(op, x);  // the transforms have no VJP yet (complex cotangents): never a silent zero
   const FftRule rule = fft_rule(x.shape(), x.sharding(), axes, kind, output == fft::Output::transposed);
   const int halved = kind == FftKind::c2c ? -1 : axes.back();
   double points = 1;  // the logical length of the transform: the real side's along the halved axis
@@ -111,6 +111,60 @@ DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector
                                       forward, scale);
     return moved_to(r, rule.output);
   }
+}
+
+/// The norm whose forward scale is `norm`'s inverse scale (backward <-> forward, ortho itself):
+/// a c2r transform's cotangent is an r2c transform scaled as the c2r was.
+inline fft::Norm swapped(fft::Norm norm) {
+  return norm == fft::Norm::backward ? fft::Norm::forward : norm == fft::Norm::forward ? fft::Norm::backward : norm;
+}
+
+/// The transform, recorded for autodiff in JAX's convention (ops/complex.hpp): a cotangent ct pairs
+/// with a tangent as Re(sum(ct * t)). The DFT matrix is symmetric, so a c2c transform's cotangent is
+/// the same transform of g (same direction, same norm). r2c (x real, n long on the halved axis):
+/// Re(fftn(g zero-padded to n, same norm)). c2r (to n on the halved axis): w * conj(rfftn(g)) with
+/// the inverse's scale, w = 1 at the zero frequency (and at n / 2 when n is even), 2 elsewhere: the
+/// bins the c2r counts once or twice.
+template <class Out, class In>
+DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector<int>& axes, FftKind kind,
+                       bool forward, fft::Norm norm, fft::Output output, const Shape& out_shape) {
+  DistArray<Out> out = [&] {
+    const NoTrace untraced;  // one node for the whole transform, its moves included
+    return compute_fft<Out>(op, x, axes, kind, forward, norm, output, out_shape);
+  }();
+  record(op, out, [&](auto) {
+    return [axes, kind, forward, norm, in_shape = x.shape()](const DistArray<Out>& g) -> Cotangents {
+      if constexpr (std::is_same_v<In, Out>) {
+        return {AnyArray(compute_fft<Out>("fft (backward)", g, axes, kind, forward, norm, fft::Output::like_input, g.shape()))};
+      } else if constexpr (is_complex_v<Out>) {  // r2c: In is real
+        const int h = axes.back();
+        DistArray<Out> padded = g;
+        if (in_shape[h] > g.shape()[h]) {
+          Shape pad = g.shape();
+          pad[h] = in_shape[h] - g.shape()[h];
+          padded = concatenate(std::vector<DistArray<Out>>{g, zeros<Out>(pad, g.sharding())}, h);
+        }
+        const DistArray<Out> full = compute_fft<Out>("rfft (backward)", padded, axes, FftKind::c2c, true, norm,
+                                                     fft::Output::like_input, padded.shape());
+        return {AnyArray(map<In>(Linearity::additive, fn::RealPart{}, full))};
+      } else {  // c2r: In is complex, g real
+        const int h = axes.back();
+        const int64_t n = g.shape()[h], m = in_shape[h];
+        Shape spectrum = g.shape();
+        spectrum[h] = m;
+        const DistArray<In> z = compute_fft<In>("irfft (backward)", g, axes, FftKind::r2c, true, swapped(norm),
+                                                fft::Output::like_input, spectrum);
+        std::vector<In> w(static_cast<size_t>(m), In(2));
+        w[0] = In(1);
+        if (n % 2 == 0 && n / 2 < m) w[static_cast<size_t>(n / 2)] = In(1);
+        Shape w_shape(g.ndim() - static_cast<size_t>(h), 1);  // (m, 1, ...): broadcasts along axis h
+        w_shape[0] = m;
+        const auto weights = device_put(w, w_shape, NamedSharding(g.sharding().mesh(), P()));
+        return {AnyArray(map<In>(Linearity::scaling, fn::ConjTimes{}, z, weights))};
+      }
+    };
+  }, x);
+  return out;
 }
 
 /// The axes of an n-dimensional transform: all of them when `axes` is empty.

@@ -36,7 +36,7 @@ void record_collective(const char* op, DistArray<T>& out, const DistArray<T>& x,
                        MakePullback&& make_pullback) {
   if (!tracing(x)) return;
   Pullback pullback;
-  if constexpr (is_floating_v<T>) {
+  if constexpr (is_differentiable_v<T>) {
     // An empty cotangent means the output reached nothing on this device: the pullback still runs,
     // on zeros, so that its collective meets the other devices' (Varying::collective).
     if (needs_gradient(x))
@@ -180,7 +180,7 @@ DistArray<T> pvary(const DistArray<T>& x, const AxisNames& axes) {
   DistArray<T> out = detail::local_block<T>(g, x.shape(), x.buffer());
   if (detail::Tracer* tracer = detail::active_tracer()) {
     detail::Pullback pullback;
-    if constexpr (detail::is_floating_v<T>) {
+    if constexpr (detail::is_differentiable_v<T>) {
       if (detail::needs_gradient(x)) pullback = [](const detail::AnyArray& ct) { return detail::Cotangents{ct}; };
     }
     out.set_trace_id(tracer->record("pvary", {x.trace_id()}, std::move(pullback), detail::Varying{g.mask(), 0, false}));

@@ -231,7 +231,7 @@ class ShardMapped {
       if (!traced) return block;
       using T = typename A::value_type;
       detail::Pullback pullback;
-      if constexpr (detail::is_floating_v<T>) {
+      if constexpr (detail::is_differentiable_v<T>) {
         if (detail::needs_gradient(placed))
           pullback = [shape = placed.shape(), sharding = placed.sharding()](const detail::AnyArray& ct) {
             return detail::Cotangents{detail::AnyArray(DistArray<T>(shape, sharding, ct.as<T>().buffer()))};
@@ -308,7 +308,7 @@ class ShardMapped {
   template <class T>
   void record_output(const detail::ManualContext& ctx, const DistArray<T>& block, DistArray<T>& global,
                      size_t k) const {
-    if constexpr (detail::is_floating_v<T>) {
+    if constexpr (detail::is_differentiable_v<T>) {
       if (!detail::needs_gradient(block)) return;
       const PartitionSpec& spec = out_specs_[spec_of(k)];
       const uint64_t sum_over = spec_axes(mesh_, spec) & ~detail::active_tracer()->varying_axes(block.trace_id());

@@ -1,7 +1,11 @@
 // The ops that take complex arrays apart and put them together, as NumPy names them: conj, real,
 // imag, abs, angle, and complex(re, im) (jax.lax.complex). The arithmetic itself (+ - * /, sum,
-// mean, matmul, reshard) is the ordinary ops' with T = std::complex<float | double>. Complex
-// arrays carry no gradients yet (JAX's convention for them is docs/element_types.md's open item).
+// mean, matmul, reshard) is the ordinary ops' with T = std::complex<float | double>.
+//
+// Gradients follow JAX's convention: a cotangent ct of a value y pairs with a tangent dy as
+// Re(sum(ct * dy)), with no conjugation. So a linear map's cotangent rule is its transpose (matmul:
+// g @ B^T, multiply: g * y), and the gradient of a real loss L of complex z is
+// dL/dRe(z) - i dL/dIm(z) (jax.grad(lambda z: abs(z) ** 2)(3 + 4j) == 6 - 8j).
 #pragma once
 
 #include <cmath>
@@ -39,6 +43,40 @@ struct MakeComplex {
   template <class R>
   std::complex<R> operator()(R re, R im) const { return {re, im}; }
 };
+/// The cotangents (module comment): of real(z), g + 0i; of imag(z), -i g; of |z|, g conj(z) / |z|
+/// (0 at z = 0, as JAX); of angle(z), -i g conj(z) / |z|^2 (0 at z = 0); of complex(re, im), re
+/// gets Re(g) and im gets -Im(g).
+struct RealGrad {
+  template <class R>
+  std::complex<R> operator()(R g) const { return {g, R(0)}; }
+};
+struct ImagGrad {
+  template <class R>
+  std::complex<R> operator()(R g) const { return {R(0), -g}; }
+};
+struct AbsGrad {
+  template <class R>
+  std::complex<R> operator()(R g, std::complex<R> z) const {
+    const R r = std::abs(z);
+    return r == R(0) ? std::complex<R>(0) : g * std::conj(z) / r;
+  }
+};
+struct AngleGrad {
+  template <class R>
+  std::complex<R> operator()(R g, std::complex<R> z) const {
+    const R r2 = std::norm(z);
+    return r2 == R(0) ? std::complex<R>(0) : std::complex<R>(R(0), -g) * std::conj(z) / r2;
+  }
+};
+/// conj(z) * w (an FFT's c2r cotangent: the spectrum conjugated and its bins weighted).
+struct ConjTimes {
+  template <class C>
+  C operator()(C z, C w) const { return std::conj(z) * w; }
+};
+struct NegImagPart {
+  template <class C>
+  real_t<C> operator()(C z) const { return -z.imag(); }
+};
 
 }  // namespace detail::fn
 
@@ -47,7 +85,9 @@ template <class T>
   requires detail::is_complex_v<T>
 DistArray<T> conj(const DistArray<T>& z) {
   auto out = detail::map<T>(detail::Linearity::additive, detail::fn::Conj{}, z);
-  detail::record_typing("conj", out, z);
+  detail::record("conj", out, [&](auto) {
+    return [](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(conj(g))}; };
+  }, z);
   return out;
 }
 
@@ -55,8 +95,13 @@ DistArray<T> conj(const DistArray<T>& z) {
 template <class T>
   requires detail::is_complex_v<T>
 DistArray<detail::real_t<T>> real(const DistArray<T>& z) {
-  auto out = detail::map<detail::real_t<T>>(detail::Linearity::additive, detail::fn::RealPart{}, z);
-  detail::record_typing("real", out, z);
+  using R = detail::real_t<T>;
+  auto out = detail::map<R>(detail::Linearity::additive, detail::fn::RealPart{}, z);
+  detail::record("real", out, [&](auto) {
+    return [](const DistArray<R>& g) {
+      return detail::Cotangents{detail::AnyArray(detail::map<T>(detail::Linearity::additive, detail::fn::RealGrad{}, g))};
+    };
+  }, z);
   return out;
 }
 
@@ -64,8 +109,13 @@ DistArray<detail::real_t<T>> real(const DistArray<T>& z) {
 template <class T>
   requires detail::is_complex_v<T>
 DistArray<detail::real_t<T>> imag(const DistArray<T>& z) {
-  auto out = detail::map<detail::real_t<T>>(detail::Linearity::additive, detail::fn::ImagPart{}, z);
-  detail::record_typing("imag", out, z);
+  using R = detail::real_t<T>;
+  auto out = detail::map<R>(detail::Linearity::additive, detail::fn::ImagPart{}, z);
+  detail::record("imag", out, [&](auto) {
+    return [](const DistArray<R>& g) {
+      return detail::Cotangents{detail::AnyArray(detail::map<T>(detail::Linearity::additive, detail::fn::ImagGrad{}, g))};
+    };
+  }, z);
   return out;
 }
 
@@ -73,8 +123,13 @@ DistArray<detail::real_t<T>> imag(const DistArray<T>& z) {
 template <class T>
   requires detail::is_complex_v<T>
 DistArray<detail::real_t<T>> abs(const DistArray<T>& z) {
-  auto out = detail::map<detail::real_t<T>>(detail::Linearity::none, detail::fn::ComplexAbs{}, z);
-  detail::record_typing("abs", out, z);
+  using R = detail::real_t<T>;
+  auto out = detail::map<R>(detail::Linearity::none, detail::fn::ComplexAbs{}, z);
+  detail::record("abs", out, [&](auto) {
+    return [z](const DistArray<R>& g) {
+      return detail::Cotangents{detail::AnyArray(detail::map<T>(detail::Linearity::scaling, detail::fn::AbsGrad{}, g, z))};
+    };
+  }, z);
   return out;
 }
 
@@ -82,8 +137,13 @@ DistArray<detail::real_t<T>> abs(const DistArray<T>& z) {
 template <class T>
   requires detail::is_complex_v<T>
 DistArray<detail::real_t<T>> angle(const DistArray<T>& z) {
-  auto out = detail::map<detail::real_t<T>>(detail::Linearity::none, detail::fn::Angle{}, z);
-  detail::record_typing("angle", out, z);
+  using R = detail::real_t<T>;
+  auto out = detail::map<R>(detail::Linearity::none, detail::fn::Angle{}, z);
+  detail::record("angle", out, [&](auto) {
+    return [z](const DistArray<R>& g) {
+      return detail::Cotangents{detail::AnyArray(detail::map<T>(detail::Linearity::scaling, detail::fn::AngleGrad{}, g, z))};
+    };
+  }, z);
   return out;
 }
 
@@ -92,8 +152,18 @@ DistArray<detail::real_t<T>> angle(const DistArray<T>& z) {
 template <class R>
   requires std::is_same_v<R, float> || std::is_same_v<R, double>
 DistArray<std::complex<R>> complex(const DistArray<R>& re, const DistArray<R>& im) {
-  detail::no_gradient("complex", re, im);  // a complex cotangent is not defined yet: never a silent zero
-  return detail::map<std::complex<R>>(detail::Linearity::additive, detail::fn::MakeComplex{}, re, im);
+  using C = std::complex<R>;
+  auto out = detail::map<C>(detail::Linearity::additive, detail::fn::MakeComplex{}, re, im);
+  detail::record("complex", out, [&](auto need) {
+    return [need, rs = re.shape(), is = im.shape()](const DistArray<C>& g) {
+      return detail::Cotangents{
+          need[0] ? detail::AnyArray(detail::sum_to(detail::map<R>(detail::Linearity::additive, detail::fn::RealPart{}, g), rs))
+                  : detail::AnyArray(),
+          need[1] ? detail::AnyArray(detail::sum_to(detail::map<R>(detail::Linearity::additive, detail::fn::NegImagPart{}, g), is))
+                  : detail::AnyArray()};
+    };
+  }, re, im);
+  return out;
 }
 
 }  // namespace dax
