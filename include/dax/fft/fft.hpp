@@ -133,7 +133,7 @@ DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector
     return compute_fft<Out>(op, x, axes, kind, forward, norm, output, out_shape);
   }();
   record(op, out, [&](auto) {
-    return [axes, kind, forward, norm, in_shape = x.shape()](const DistArray<Out>& g) -> Cotangents {
+    return [=, in_shape = x.shape()](const DistArray<Out>& g) -> Cotangents {  // (each kind uses its own)
       if constexpr (std::is_same_v<In, Out>) {
         return {AnyArray(compute_fft<Out>("fft (backward)", g, axes, kind, forward, norm, fft::Output::like_input, g.shape()))};
       } else if constexpr (is_complex_v<Out>) {  // r2c: In is real
