@@ -169,6 +169,16 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
       };
       check_complex_gradient(loss, {random_complex<complex128>(n, seed)}, {shape}, {s});
     }
+    {  // a 1-D transform of an array split over its only axis: four steps, dax's own ops
+      const int64_t len = int64_t(mesh.size()) * mesh.size() * (1 + int64_t(pick(2)));
+      const NamedSharding line(mesh, P(mesh.num_axes() == 1 ? dax::PartitionSpec::Entry(mesh.axis_names()[0])
+                                                            : dax::PartitionSpec::Entry(dax::axes(mesh.axis_names()[0], mesh.axis_names()[1]))));
+      const auto wl = dax::device_put(random_complex<complex128>(len, seed + 4), {len}, line);
+      auto loss = [&](const std::vector<DistArray<complex128>>& z) {
+        return dax::sum(dax::real(dax::fft::ifft(dax::fft::fft(z[0], 0, norm) * wl, 0, norm) * wl));
+      };
+      check_complex_gradient(loss, {random_complex<complex128>(len, seed + 5)}, {{len}}, {line});
+    }
     {  // r2c and c2r
       // rfftn of a real array made from the first leaf, weighted, plus the second leaf (a general,
       // not Hermitian, half spectrum), then irfftn to a length on the halved axis that may be odd

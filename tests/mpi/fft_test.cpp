@@ -221,6 +221,37 @@ TEST_CASE("a slab transform moves one all-to-all each way, none back when transp
   CHECK(max_error(same, widen(dax::test::host(kept))) <= 1e-12);
 }
 
+TEST_CASE("a 1-D array split over its only axis transforms in four steps: three all-to-alls, nothing gathered",
+          "[fft]") {
+  const int p = dax::test::world_size();
+  const Mesh mesh(Shape{p}, {"x"});
+  Pick pick(29);
+  for (const int64_t k : {int64_t(1), int64_t(3), int64_t(6)}) {  // n = p^2 k: n1, n2 multiples of p
+    const int64_t n = int64_t(p) * p * k;
+    const auto host = random_complex<Z>(n, 2000 + unsigned(k));
+    const NamedSharding s(mesh, P("x"));
+    const auto x = dax::device_put(host, {n}, s);
+    for (const Norm norm : {Norm::backward, Norm::ortho, Norm::forward}) {
+      INFO("n " << n << " norm " << int(norm));
+      dax::comm_stats().reset();
+      const auto f = dax::fft::fft(x, 0, norm);
+      const auto stats = dax::comm_stats();
+      CHECK(f.sharding() == s);
+      CHECK(max_error(f, dftn(host, {n}, {0}, -1, norm)) <= 1e-13 * double(n));
+      CHECK(stats.of("all_gather").calls == 0);
+      // Each all-to-all moves (p-1)/p of a device's n/p elements.
+      CHECK(stats.total_bytes() == (p > 1 ? 3 * (n / p - n / p / p) * int64_t(sizeof(Z)) : 0));
+      CHECK(max_error(dax::fft::ifft(f, 0, norm), host) <= 1e-13 * double(n));
+      CHECK(max_error(dax::fft::ifftn(dax::fft::fftn(x, {}, norm), {}, norm), host) <= 1e-13 * double(n));
+    }
+  }
+  // A length with no such split (prime) is gathered, and still right.
+  const Mesh& any = random_mesh(pick);
+  const auto prime = random_complex<Z>(13, 77);
+  CHECK(max_error(dax::fft::fft(dax::device_put(prime, {13}, random_sharding(pick, any, 1))), dftn(prime, {13}, {0}, -1, Norm::backward)) <=
+        1e-12);
+}
+
 TEST_CASE("fft's errors name what was expected and what came", "[fft]") {
   const Mesh mesh(Shape{1}, {"x"});
   const auto z = dax::zeros<dax::complex128>({4, 5}, NamedSharding(mesh, P()));

@@ -65,10 +65,15 @@ TEST_CASE("fft_rule: every axis once, whole where it is transformed, halved axis
               for (int a : axes) any_split = any_split || !reduced.dim_axes(a).empty();
               if (!any_split) CHECK((rule.stages.size() == 1 && rule.stages[0].layout == reduced));
               CHECK(rule.output == (transposed ? rule.stages.back().layout : reduced));
-              // Mesh axes are only moved between dimensions (or dropped when nowhere is left).
-              for (const auto& st : rule.stages)
+              // Mesh axes are only moved between dimensions, never dropped (gathered) when the
+              // array has two dimensions or more (a 1-D array has nowhere else to put them).
+              for (const auto& st : rule.stages) {
                 for (size_t d = 0; d < ndim; ++d)
                   for (int m : st.layout.dim_axes(d)) CHECK(reduced.splits(m));
+                if (ndim >= 2)
+                  for (int m = 0; m < mesh.num_axes(); ++m)
+                    if (reduced.splits(m)) CHECK(st.layout.splits(m));
+              }
             }
           }
         }
@@ -90,7 +95,16 @@ TEST_CASE("fft_rule: a slab moves its mesh axis to the largest other dimension, 
   REQUIRE(pencil.stages.size() == 2);
   CHECK(pencil.stages[1].layout == NamedSharding(grid, dax::P(dax::none, dax::none, dax::axes("x", "y"))));
   CHECK(pencil.output == pencil.stages[1].layout);
-  // A 1-D array split over its only axis has nowhere to put the mesh axis: gathered.
+  // A 2-D array split over both dimensions, both transformed: the larger takes both mesh axes
+  // while the other is transformed, then gives them to it (one all-to-all, nothing gathered).
+  const auto both = dax::detail::fft_rule({8, 32}, NamedSharding(grid, dax::P("x", "y")), {0, 1}, FftKind::c2c, false);
+  REQUIRE(both.stages.size() == 2);
+  CHECK(both.stages[0].axes == std::vector<int>{0});
+  CHECK(both.stages[0].layout == NamedSharding(grid, dax::P(dax::none, dax::axes("y", "x"))));
+  CHECK(both.stages[1].axes == std::vector<int>{1});
+  CHECK(both.stages[1].layout == NamedSharding(grid, dax::P(dax::axes("y", "x"), dax::none)));
+  // A 1-D array split over its only axis has nowhere to put the mesh axis: the rule gathers it
+  // (dax::fft::fft runs such a c2c transform as four steps instead: fft.hpp).
   const auto line1 = dax::detail::fft_rule({10}, NamedSharding(line, dax::P("x")), {0}, FftKind::c2c, false);
   CHECK(line1.stages.back().layout == NamedSharding(line, dax::P()));
 }

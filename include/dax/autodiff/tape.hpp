@@ -37,8 +37,12 @@ inline AnyArray add_cotangents(const AnyArray& a, const AnyArray& b) {
     case DType::float64: return AnyArray(add(a.as<double>(), b.as<double>()));
     case DType::float16: return AnyArray(add(a.as<half>(), b.as<half>()));
     case DType::bfloat16: return AnyArray(add(a.as<bfloat16>(), b.as<bfloat16>()));
-    case DType::complex64: return AnyArray(add(a.as<complex64>(), b.as<complex64>()));
-    case DType::complex128: return AnyArray(add(a.as<complex128>(), b.as<complex128>()));
+    // Complex cotangents are added by the kernel alone: add's recorded pullback (never needed in a
+    // backward) would compile complex reductions into the CUDA backend, which has none.
+    case DType::complex64:
+      return AnyArray(map<complex64>(Linearity::additive, fn::Add{}, a.as<complex64>(), b.as<complex64>()));
+    case DType::complex128:
+      return AnyArray(map<complex128>(Linearity::additive, fn::Add{}, a.as<complex128>(), b.as<complex128>()));
     default: fail("autodiff: a cotangent of ", to_string(a.dtype()), " (only floating and complex values have gradients)");
   }
 }

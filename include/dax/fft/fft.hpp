@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <complex>
+#include <numbers>
 #include <optional>
 #include <vector>
 
@@ -167,6 +168,53 @@ DistArray<Out> run_fft(const char* op, const DistArray<In>& x, const std::vector
   return out;
 }
 
+/// n = n1 * n2 with n1 and n2 multiples of `pieces`, n1 as near sqrt(n) as there is; 0 if none.
+inline int64_t four_step_rows(int64_t n, int64_t pieces) {
+  int64_t best = 0;
+  for (int64_t n1 = pieces; n1 <= n / pieces; n1 += pieces)
+    if (n % n1 == 0 && (n / n1) % pieces == 0 &&
+        (best == 0 || std::abs(double(n1) - std::sqrt(double(n))) < std::abs(double(best) - std::sqrt(double(n)))))
+      best = n1;
+  return best;
+}
+
+/// A c2c transform of a 1-D array split over its only axis, in four steps (Bailey's; FFTW-MPI's
+/// 1-D path) rather than gathered: x of length n = n1 n2 seen as the (n1, n2) matrix
+/// A[j1, j2] = x[j1 n2 + j2] (each device whole rows: its piece as it is), transforms of length n1
+/// down the columns, twiddles w^(k1 j2) (w = e^(-+2 pi i / n)), transforms of length n2 along the
+/// rows, and X[k1 + n1 k2] = C[k1, k2], the transpose read back as a vector. Three all-to-alls of
+/// n / devices elements each; every op is dax's own, so it runs sharded and has its gradient.
+/// Empty when it does not apply: not split, or no n1, n2 multiples of the pieces (then gathered).
+template <class R>
+std::optional<DistArray<std::complex<R>>> four_step(const DistArray<std::complex<R>>& x, bool forward, fft::Norm norm) {
+  using C = std::complex<R>;
+  const NamedSharding start = with_unreduced_axes(x.sharding(), 1, {});
+  const int64_t pieces = start.num_pieces(0), n = x.shape()[0];
+  if (x.ndim() != 1 || pieces <= 1) return std::nullopt;
+  const int64_t n1 = four_step_rows(n, pieces), n2 = n1 > 0 ? n / n1 : 0;
+  if (n1 == 0) return std::nullopt;
+  const Mesh& mesh = start.mesh();
+  const std::vector<int>& split = start.dim_axes(0);
+  const NamedSharding rows = make_sharding(mesh, {split, {}}, {});
+  const DistArray<C> a = reshape(reshard(x, start), {n1, n2});
+  const DistArray<C> b = run_fft<C>(forward ? "fft (four-step)" : "ifft (four-step)", reshard(a, rows), {0},
+                                    FftKind::c2c, forward, norm, fft::Output::transposed, a.shape());  // (k1, j2)
+  // The twiddles where b's pieces lie (no communication): e^(-+2 pi i ((k1 j2) mod n) / n).
+  const double sign = forward ? -1 : 1;
+  const DistArray<C> twiddles = make_local<C>(Shape{n1, n2}, b.sharding(), [&](C* data, const Box& box) {
+    dev::write_from_host(data, numel(box), [&](C* piece) {
+      for (int64_t k1 = box[0].start; k1 < box[0].stop; ++k1)
+        for (int64_t j2 = box[1].start; j2 < box[1].stop; ++j2) {
+          const double angle = sign * 2 * std::numbers::pi * double((k1 * j2) % n) / double(n);
+          *piece++ = C(R(std::cos(angle)), R(std::sin(angle)));
+        }
+    });
+  });
+  const DistArray<C> d = run_fft<C>(forward ? "fft (four-step)" : "ifft (four-step)", b * twiddles, {1},
+                                    FftKind::c2c, forward, norm, fft::Output::transposed, a.shape());  // (k1, k2)
+  return reshard(reshape(reshard(transpose(d), rows), {n}), start);  // X[k1 + n1 k2] = d[k1, k2]
+}
+
 /// The axes of an n-dimensional transform: all of them when `axes` is empty.
 inline std::vector<int> fftn_axes(const std::vector<int>& axes, size_t ndim, const char* op) {
   if (!axes.empty()) return fft_axes(axes, ndim, op);
@@ -184,6 +232,8 @@ template <class R>
 DistArray<std::complex<R>> fftn(const DistArray<std::complex<R>>& x, const std::vector<int>& axes = {},
                                 Norm norm = Norm::backward, Output output = Output::like_input) {
   const auto ax = detail::fftn_axes(axes, x.ndim(), "fftn");
+  if (x.ndim() == 1)
+    if (auto r = detail::four_step(x, true, norm)) return *r;
   return detail::run_fft<std::complex<R>>("fftn", x, ax, detail::FftKind::c2c, true, norm, output, x.shape());
 }
 
@@ -192,20 +242,28 @@ template <class R>
 DistArray<std::complex<R>> ifftn(const DistArray<std::complex<R>>& x, const std::vector<int>& axes = {},
                                  Norm norm = Norm::backward, Output output = Output::like_input) {
   const auto ax = detail::fftn_axes(axes, x.ndim(), "ifftn");
+  if (x.ndim() == 1)
+    if (auto r = detail::four_step(x, false, norm)) return *r;
   return detail::run_fft<std::complex<R>>("ifftn", x, ax, detail::FftKind::c2c, false, norm, output, x.shape());
 }
 
 /// The transform along one axis (numpy.fft.fft); the array keeps its sharding.
 template <class R>
 DistArray<std::complex<R>> fft(const DistArray<std::complex<R>>& x, int axis = -1, Norm norm = Norm::backward) {
-  return detail::run_fft<std::complex<R>>("fft", x, detail::fft_axes({axis}, x.ndim(), "fft"), detail::FftKind::c2c,
+  const auto ax = detail::fft_axes({axis}, x.ndim(), "fft");
+  if (x.ndim() == 1)
+    if (auto r = detail::four_step(x, true, norm)) return *r;
+  return detail::run_fft<std::complex<R>>("fft", x, ax, detail::FftKind::c2c,
                                           true, norm, Output::like_input, x.shape());
 }
 
 /// The inverse along one axis (numpy.fft.ifft).
 template <class R>
 DistArray<std::complex<R>> ifft(const DistArray<std::complex<R>>& x, int axis = -1, Norm norm = Norm::backward) {
-  return detail::run_fft<std::complex<R>>("ifft", x, detail::fft_axes({axis}, x.ndim(), "ifft"), detail::FftKind::c2c,
+  const auto ax = detail::fft_axes({axis}, x.ndim(), "ifft");
+  if (x.ndim() == 1)
+    if (auto r = detail::four_step(x, false, norm)) return *r;
+  return detail::run_fft<std::complex<R>>("ifft", x, ax, detail::FftKind::c2c,
                                           false, norm, Output::like_input, x.shape());
 }
 

@@ -93,6 +93,27 @@ inline FftRule fft_rule(const Shape& shape, const NamedSharding& in, const std::
     if (!whole.empty()) rule.stages.push_back({start, whole, kind != FftKind::c2c});
     return rule;
   }
+  if (whole.empty() && split.size() == shape.size() && split.size() >= 2) {
+    // Every dimension is split and transformed: no other dimension can hold the mesh axes while
+    // they are. Two groups, as a 2-D pencil transform does: the largest axis (`keep`) takes every
+    // mesh axis while the others are transformed, then they take them back while it is (the
+    // halved axis's group first for r2c, last for c2r). One all-to-all between, none gathered.
+    int keep = split.front();
+    for (int a : split)
+      if (shape[a] > shape[keep]) keep = a;
+    std::vector<int> others;
+    for (int a : split)
+      if (a != keep) others.push_back(a);
+    const bool keep_first = (kind == FftKind::r2c && keep == halved) || (kind == FftKind::c2r && keep != halved);
+    const std::vector<int> first = keep_first ? std::vector<int>{keep} : others;
+    const std::vector<int> second = keep_first ? others : std::vector<int>{keep};
+    const NamedSharding one = fft_move_off(start, shape, first);
+    const NamedSharding two = fft_move_off(one, shape, second);
+    rule.stages.push_back({one, first, kind != FftKind::c2c && has(first, halved)});
+    rule.stages.push_back({two, second, kind != FftKind::c2c && has(second, halved)});
+    if (keep_transposed) rule.output = rule.stages.back().layout;
+    return rule;
+  }
   const NamedSharding moved = fft_move_off(start, shape, split);
   // The halved axis's group goes first for r2c and last for c2r; otherwise the whole axes go first
   // (their layout is the input's, so a transposed result needs only the one move).
