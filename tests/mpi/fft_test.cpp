@@ -252,6 +252,56 @@ TEST_CASE("a 1-D array split over its only axis transforms in four steps: three 
         1e-12);
 }
 
+TEST_CASE("fft, ifft, rfft with Length(n) and fftn, ifftn, rfftn with Lengths(s) crop or pad their input, as NumPy",
+          "[fft]") {
+  Pick pick(37);
+  // x (row-major, `shape`) cropped or zero-padded to `to`: NumPy's n / s on the host.
+  auto fit = [](const std::vector<Z>& x, const Shape& shape, const Shape& to) {
+    std::vector<Z> out(size_t(dax::numel(to)), Z(0));
+    for (int64_t i = 0; i < std::min(shape[0], to[0]); ++i)
+      for (int64_t j = 0; j < std::min(shape[1], to[1]); ++j) out[size_t(i * to[1] + j)] = x[size_t(i * shape[1] + j)];
+    return out;
+  };
+  for (int trial = 0; trial < 10; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const Shape shape = random_shape(pick, 2);
+    const NamedSharding s = random_sharding(pick, mesh, 2);
+    const auto host = random_complex<Z>(dax::numel(shape), 3000 + trial);
+    const auto x = dax::device_put(host, shape, s);
+    const Shape to{1 + int64_t(pick(9)), 1 + int64_t(pick(9))};  // shorter or longer on each axis
+    const Norm norm = pick(2) ? Norm::ortho : Norm::backward;
+    INFO(dax::to_string(shape) << " -> " << dax::to_string(to) << " " << dax::to_string(s));
+    const Shape along1{shape[0], to[1]};
+    const auto one = dax::fft::fft(x, dax::fft::Length(to[1]), 1, norm);
+    CHECK(one.shape() == along1);
+    CHECK(one.sharding() == s);
+    CHECK(max_error(one, dftn(fit(host, shape, along1), along1, {1}, -1, norm)) <= 1e-12 * double(to[1]));
+    CHECK(max_error(dax::fft::ifft(x, dax::fft::Length(to[1]), -1, norm), dftn(fit(host, shape, along1), along1, {1}, 1, norm)) <=
+          1e-12 * double(to[1]));
+    const auto both = dax::fft::fftn(x, dax::fft::Lengths({to[0], to[1]}), {}, norm);
+    CHECK(max_error(both, dftn(fit(host, shape, to), to, {0, 1}, -1, norm)) <= 1e-12 * double(dax::numel(to)));
+    CHECK(max_error(dax::fft::ifftn(x, dax::fft::Lengths({to[0], to[1]}), {0, 1}, norm), dftn(fit(host, shape, to), to, {0, 1}, 1, norm)) <=
+          1e-12 * double(dax::numel(to)));
+    // Real input: the transform of the fitted real parts, the halved axis n / 2 + 1 long.
+    const auto re = dax::real(x);
+    const auto half = dax::fft::rfftn(re, dax::fft::Lengths({to[0], to[1]}), {}, norm);
+    CHECK(half.shape() == Shape{to[0], to[1] / 2 + 1});
+    auto real_parts = fit(host, shape, to);
+    for (auto& z : real_parts) z = Z(z.real(), 0);
+    const auto full = dftn(real_parts, to, {0, 1}, -1, norm);
+    std::vector<Z> want;
+    for (int64_t i = 0; i < to[0]; ++i)
+      for (int64_t j = 0; j <= to[1] / 2; ++j) want.push_back(full[size_t(i * to[1] + j)]);
+    CHECK(max_error(half, want) <= 1e-12 * double(dax::numel(to)));
+    CHECK(dax::fft::rfft(re, dax::fft::Length(to[1])).shape() == Shape{shape[0], to[1] / 2 + 1});
+  }
+  const Mesh mesh(Shape{1}, {"x"});
+  const auto z = dax::zeros<dax::complex128>({4, 5}, NamedSharding(mesh, P()));
+  CHECK(dax::test::error_of([&] { (void)dax::fft::fft(z, dax::fft::Length(0)); }) ==
+        "fft: the length along axis 1 must be positive, got 0");
+  CHECK(dax::test::error_of([&] { (void)dax::fft::fftn(z, dax::fft::Lengths({4})); }) == "fftn: s has 1 lengths for 2 axes");
+}
+
 TEST_CASE("fft's errors name what was expected and what came", "[fft]") {
   const Mesh mesh(Shape{1}, {"x"});
   const auto z = dax::zeros<dax::complex128>({4, 5}, NamedSharding(mesh, P()));

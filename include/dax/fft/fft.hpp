@@ -9,6 +9,7 @@
 #include <complex>
 #include <numbers>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <dax/array/creation.hpp>
@@ -215,6 +216,31 @@ std::optional<DistArray<std::complex<R>>> four_step(const DistArray<std::complex
   return reshard(reshape(reshard(transpose(d), rows), {n}), start);  // X[k1 + n1 k2] = d[k1, k2]
 }
 
+/// x cropped or padded with zeros (at the end) to `lengths[i]` along `axes[i]`, as NumPy's n / s
+/// do, back in x's sharding; x itself where every length already fits.
+template <class T>
+DistArray<T> fit_lengths(const DistArray<T>& x, const std::vector<int>& axes, const std::vector<int64_t>& lengths,
+                         const char* op) {
+  DistArray<T> out = x;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int a = axes[i];
+    const int64_t m = out.shape()[a], want = lengths[i];
+    DAX_CHECK(want > 0, op, ": the length along axis ", a, " must be positive, got ", want);
+    if (m > want) {
+      std::vector<int64_t> start(out.ndim(), 0), stop(out.shape().begin(), out.shape().end());
+      stop[a] = want;
+      out = slice(out, start, stop);
+    } else if (m < want) {
+      Shape pad = out.shape();
+      pad[a] = want - m;
+      out = concatenate(std::vector<DistArray<T>>{out, zeros<T>(pad, out.sharding())}, a);
+    }
+  }
+  // The result takes the caller's layout, whatever the padding's concatenate chose.
+  if (!(out.sharding() == x.sharding())) out = reshard(out, x.sharding());
+  return out;
+}
+
 /// The axes of an n-dimensional transform: all of them when `axes` is empty.
 inline std::vector<int> fftn_axes(const std::vector<int>& axes, size_t ndim, const char* op) {
   if (!axes.empty()) return fft_axes(axes, ndim, op);
@@ -297,26 +323,16 @@ DistArray<R> irfftn(const DistArray<std::complex<R>>& x, const std::vector<int64
   DAX_CHECK(!ax.empty(), "irfftn: a scalar has no axis to transform");
   DAX_CHECK(s.empty() || s.size() == ax.size(), "irfftn: s has ", s.size(), " lengths for ", ax.size(), " axes");
   Shape out_shape = x.shape();
-  DistArray<std::complex<R>> input = x;
+  std::vector<int64_t> need(ax.size());  // the input values each output length takes
   for (size_t i = 0; i < ax.size(); ++i) {
     const int64_t m = x.shape()[ax[i]];
     const bool last = i + 1 == ax.size();
     const int64_t want = s.empty() ? (last ? 2 * (m - 1) : m) : s[i];
     DAX_CHECK(want > 0, "irfftn: the output length along axis ", ax[i], " must be positive, got ", want);
     out_shape[ax[i]] = want;
-    const int64_t need = last ? want / 2 + 1 : want;  // input values that output takes
-    if (m > need) {  // cropped
-      std::vector<int64_t> start(input.shape().size(), 0), stop(input.shape().begin(), input.shape().end());
-      stop[ax[i]] = need;
-      input = slice(input, start, stop);
-    } else if (m < need) {  // padded with zeros
-      Shape pad = input.shape();
-      pad[ax[i]] = need - m;
-      input = concatenate(std::vector<DistArray<std::complex<R>>>{input, zeros<std::complex<R>>(pad, input.sharding())}, ax[i]);
-    }
+    need[i] = last ? want / 2 + 1 : want;
   }
-  // The result takes the caller's layout ("like the input"), whatever the padding's concatenate chose.
-  if (!(input.sharding() == x.sharding())) input = reshard(input, x.sharding());
+  const DistArray<std::complex<R>> input = detail::fit_lengths(x, ax, need, "irfftn");
   return detail::run_fft<R>("irfftn", input, ax, detail::FftKind::c2r, false, norm, output, out_shape);
 }
 
@@ -324,6 +340,60 @@ DistArray<R> irfftn(const DistArray<std::complex<R>>& x, const std::vector<int64
 template <class R>
 DistArray<R> irfft(const DistArray<std::complex<R>>& x, int64_t n = -1, int axis = -1, Norm norm = Norm::backward) {
   return irfftn(x, n < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{n}, {axis}, norm);
+}
+
+/// numpy.fft's `n` for the one-axis transforms: the input cropped or padded with zeros to n along
+/// the axis first (dax::fft::fft(x, Length(16), 0) is numpy.fft.fft(x, n=16, axis=0)).
+struct Length {
+  explicit Length(int64_t length) : n(length) {}  // explicit: fft(x, 0) stays the axis
+  int64_t n;
+};
+/// numpy.fft's `s` for the n-axis ones: the lengths along `axes` (all axes when empty, then one
+/// length per dimension).
+struct Lengths {
+  explicit Lengths(std::vector<int64_t> lengths) : s(std::move(lengths)) {}  // explicit: fftn(x, {}) stays the axes
+  std::vector<int64_t> s;
+};
+
+namespace detail_lengths {
+inline std::vector<int> axes_for(const Lengths& s, const std::vector<int>& axes, size_t ndim, const char* op) {
+  const auto ax = axes.empty() ? dax::detail::fftn_axes({}, ndim, op) : dax::detail::fft_axes(axes, ndim, op);
+  DAX_CHECK(s.s.size() == ax.size(), op, ": s has ", s.s.size(), " lengths for ", ax.size(), " axes");
+  return ax;
+}
+}  // namespace detail_lengths
+
+template <class R>
+DistArray<std::complex<R>> fft(const DistArray<std::complex<R>>& x, Length n, int axis = -1, Norm norm = Norm::backward) {
+  return fft(detail::fit_lengths(x, detail::fft_axes({axis}, x.ndim(), "fft"), {n.n}, "fft"), axis, norm);
+}
+template <class R>
+DistArray<std::complex<R>> ifft(const DistArray<std::complex<R>>& x, Length n, int axis = -1, Norm norm = Norm::backward) {
+  return ifft(detail::fit_lengths(x, detail::fft_axes({axis}, x.ndim(), "ifft"), {n.n}, "ifft"), axis, norm);
+}
+template <class R>
+  requires std::is_same_v<R, float> || std::is_same_v<R, double>
+DistArray<std::complex<R>> rfft(const DistArray<R>& x, Length n, int axis = -1, Norm norm = Norm::backward) {
+  return rfft(detail::fit_lengths(x, detail::fft_axes({axis}, x.ndim(), "rfft"), {n.n}, "rfft"), axis, norm);
+}
+template <class R>
+DistArray<std::complex<R>> fftn(const DistArray<std::complex<R>>& x, const Lengths& s, const std::vector<int>& axes = {},
+                                Norm norm = Norm::backward, Output output = Output::like_input) {
+  const auto ax = detail_lengths::axes_for(s, axes, x.ndim(), "fftn");
+  return fftn(detail::fit_lengths(x, ax, s.s, "fftn"), ax, norm, output);
+}
+template <class R>
+DistArray<std::complex<R>> ifftn(const DistArray<std::complex<R>>& x, const Lengths& s, const std::vector<int>& axes = {},
+                                 Norm norm = Norm::backward, Output output = Output::like_input) {
+  const auto ax = detail_lengths::axes_for(s, axes, x.ndim(), "ifftn");
+  return ifftn(detail::fit_lengths(x, ax, s.s, "ifftn"), ax, norm, output);
+}
+template <class R>
+  requires std::is_same_v<R, float> || std::is_same_v<R, double>
+DistArray<std::complex<R>> rfftn(const DistArray<R>& x, const Lengths& s, const std::vector<int>& axes = {},
+                                 Norm norm = Norm::backward, Output output = Output::like_input) {
+  const auto ax = detail_lengths::axes_for(s, axes, x.ndim(), "rfftn");
+  return rfftn(detail::fit_lengths(x, ax, s.s, "rfftn"), ax, norm, output);
 }
 
 /// Which FFTW planner makes a geometry's plan the first time: automatic (the default: measured
