@@ -312,9 +312,7 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
   report.megatron_formula = reduces * m * 2 * (n_model - 1) / n_model * activation + cross_entropy +
                             (here.context() ? 0 : experts_reduced);
   constexpr double tolerance = 64;  // the scalars: the loss's mean and the clipping norm
-  // The gradients' all-reduces: every group but 'model' alone (the activations').
-  for (const auto& [key, count] : st.entries())
-    if (key.first == "all_reduce" && key.second != "('model',)") report.data_parallel += double(count.bytes);
+  report.data_parallel = lm::gradient_reduce_bytes(st);
   const double n_tokens = n_data * n_context;
   if (fsdp) {
     report.fsdp = double(st.of("all_gather", "('data',)").bytes + st.of("reduce_scatter", "('data',)").bytes);

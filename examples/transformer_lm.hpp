@@ -519,6 +519,17 @@ inline double data_parallel_formula(double n_data, double n_sp, double pieces_by
   return 2 * (n_data - 1) / n_data * (pieces_bytes - sequence_bytes) + 2 * (n - 1) / n * sequence_bytes;
 }
 
+/// The gradients' all-reduces in a step's counts: every group but 'model' alone (the
+/// activations'): over 'data', with --cp over data x context, the parameters replicated over
+/// 'model' (SP's sequence-summed ones, the routers) over those and 'model' too, with --cp the
+/// experts over 'context', and the scalars (the loss's mean, the clipping norm).
+inline double gradient_reduce_bytes(const dax::CommStats& stats) {
+  double bytes = 0;
+  for (const auto& [key, count] : stats.entries())
+    if (key.first == "all_reduce" && key.second != "('model',)") bytes += static_cast<double>(count.bytes);
+  return bytes;
+}
+
 /// One training step's bytes (dax::comm_stats of the step) next to the formulas, for this device.
 struct BytesCheck {
   double megatron = 0;       // all-reduces over 'model', less the cross-entropy's
@@ -554,11 +565,7 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   const double n_model = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("model")));
   b.cross_entropy = 3 * 2 * (n_model - 1) / n_model * tokens_here * 4;
   b.megatron = static_cast<double>(stats.of("all_reduce", "('model',)").bytes) - b.cross_entropy;
-  // The gradients' all-reduces: every group but 'model' alone (the activations'): over 'data',
-  // with --cp over data x context, the parameters replicated over 'model' (SP's sequence-summed
-  // ones, the routers) over those and 'model' too, and with --cp the experts over 'context'.
-  for (const auto& [key, count] : stats.entries())
-    if (key.first == "all_reduce" && key.second != "('model',)") b.data_parallel += static_cast<double>(count.bytes);
+  b.data_parallel = gradient_reduce_bytes(stats);
   if (layout.context()) b.context = static_cast<double>(stats.of("ppermute", "('context',)").bytes);
   const double n_context = layout.context() ? static_cast<double>(layout.mesh.axis_size("context")) : 1;
   const double n_tokens = static_cast<double>(layout.mesh.axis_size(layout.mesh.axis_index("data"))) * n_context;

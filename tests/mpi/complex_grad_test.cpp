@@ -25,16 +25,9 @@ using dax::test::Pick;
 using dax::test::random_complex;
 using dax::test::random_mesh;
 using dax::test::random_sharding;
+using dax::test::shared_seed;
 
 namespace {
-
-/// A seed drawn on rank 0 and shared: fresh inputs each run, the same on every rank.
-unsigned shared_seed() {
-  const Mesh world({dax::test::world_size()}, {"ranks"});
-  const unsigned mine = dax::test::world_rank() == 0 ? std::random_device{}() : 0u;
-  const auto all = dax::from_local<int64_t>({int64_t(mine)}, {world.size()}, NamedSharding(world, P("ranks"))).to_host();
-  return static_cast<unsigned>(all[0]);
-}
 
 /// The loss's value as a host number (0 on a rank outside its mesh, which checks nothing).
 double value_of(const DistArray<double>& loss) { return loss.is_addressable() ? loss.to_host()[0] : 0.0; }

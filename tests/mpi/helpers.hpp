@@ -26,6 +26,14 @@ inline std::vector<Mesh> meshes_that_fit() {
   return out;
 }
 
+/// A seed drawn on rank 0 and shared: fresh inputs each run, the same on every rank.
+inline unsigned shared_seed() {
+  const Mesh world({world_size()}, {"ranks"});
+  const unsigned mine = world_rank() == 0 ? std::random_device{}() : 0u;
+  const auto all = from_local<int64_t>({int64_t(mine)}, {world.size()}, NamedSharding(world, P("ranks"))).to_host();
+  return static_cast<unsigned>(all[0]);
+}
+
 /// Random choices from a fixed seed: every rank makes the same ones, so all run the same case.
 struct Pick {
   std::mt19937 rng;

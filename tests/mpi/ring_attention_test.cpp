@@ -19,16 +19,9 @@ using dax::Mesh;
 using dax::NamedSharding;
 using dax::P;
 using dax::Shape;
+using dax::test::shared_seed;
 
 namespace {
-
-/// A seed drawn on rank 0 and shared, so every rank builds the same fresh inputs.
-unsigned shared_seed() {
-  const Mesh world({dax::test::world_size()}, {"ranks"});
-  const unsigned mine = dax::test::world_rank() == 0 ? std::random_device{}() : 0u;
-  const auto all = dax::from_local<int64_t>({int64_t(mine)}, {world.size()}, NamedSharding(world, P("ranks"))).to_host();
-  return static_cast<unsigned>(all[0]);
-}
 
 std::vector<double> uniform(size_t n, std::mt19937& rng) {
   std::uniform_real_distribution<double> d(-1, 1);
