@@ -86,6 +86,15 @@ Shape random_shape(Pick& pick, size_t ndim) {
   return s;
 }
 
+/// x (row-major, 2-D `shape`) cropped or zero-padded at the end of each axis to `to`: NumPy's
+/// n / s on the host.
+std::vector<Z> fit(const std::vector<Z>& x, const Shape& shape, const Shape& to) {
+  std::vector<Z> out(size_t(dax::numel(to)), Z(0));
+  for (int64_t i = 0; i < std::min(shape[0], to[0]); ++i)
+    for (int64_t j = 0; j < std::min(shape[1], to[1]); ++j) out[size_t(i * to[1] + j)] = x[size_t(i * shape[1] + j)];
+  return out;
+}
+
 std::vector<int> random_axes(Pick& pick, size_t ndim) {
   std::vector<int> axes;
   for (size_t d = 0; d < ndim; ++d)
@@ -255,13 +264,6 @@ TEST_CASE("a 1-D array split over its only axis transforms in four steps: three 
 TEST_CASE("fft, ifft, rfft with Length(n) and fftn, ifftn, rfftn with Lengths(s) crop or pad their input, as NumPy",
           "[fft]") {
   Pick pick(37);
-  // x (row-major, `shape`) cropped or zero-padded to `to`: NumPy's n / s on the host.
-  auto fit = [](const std::vector<Z>& x, const Shape& shape, const Shape& to) {
-    std::vector<Z> out(size_t(dax::numel(to)), Z(0));
-    for (int64_t i = 0; i < std::min(shape[0], to[0]); ++i)
-      for (int64_t j = 0; j < std::min(shape[1], to[1]); ++j) out[size_t(i * to[1] + j)] = x[size_t(i * shape[1] + j)];
-    return out;
-  };
   for (int trial = 0; trial < 10; ++trial) {
     const Mesh& mesh = random_mesh(pick);
     const Shape shape = random_shape(pick, 2);
@@ -322,9 +324,7 @@ TEST_CASE("irfft and irfftn crop or pad their input with zeros to the lengths as
     // Output lengths that take fewer and more input values than x holds, along both axes.
     const std::vector<int64_t> s{std::max<int64_t>(1, shape[0] + int64_t(pick(5)) - 2), int64_t(pick(2 * shape[1] + 3)) + 1};
     const Shape need{s[0], s[1] / 2 + 1};
-    std::vector<Z> fitted(static_cast<size_t>(dax::numel(need)), Z(0));  // the input NumPy would transform
-    for (int64_t i = 0; i < std::min(shape[0], need[0]); ++i)
-      for (int64_t j = 0; j < std::min(shape[1], need[1]); ++j) fitted[size_t(i * need[1] + j)] = host[size_t(i * shape[1] + j)];
+    const auto fitted = fit(host, shape, need);  // the input NumPy would transform
     INFO(dax::to_string(shape) << " -> s (" << s[0] << ", " << s[1] << ") " << dax::to_string(sharding));
     const auto got = dax::fft::irfftn(x, s, {0, 1});
     REQUIRE(got.shape() == Shape{s[0], s[1]});

@@ -185,13 +185,14 @@ inline int64_t four_step_rows(int64_t n, int64_t pieces) {
 /// down the columns, twiddles w^(k1 j2) (w = e^(-+2 pi i / n)), transforms of length n2 along the
 /// rows, and X[k1 + n1 k2] = C[k1, k2], the transpose read back as a vector. Three all-to-alls of
 /// n / devices elements each; every op is dax's own, so it runs sharded and has its gradient.
-/// Empty when it does not apply: not split, or no n1, n2 multiples of the pieces (then gathered).
+/// Empty when it does not apply: not 1-D, not split, or no n1, n2 multiples of the pieces (then gathered).
 template <class R>
 std::optional<DistArray<std::complex<R>>> four_step(const DistArray<std::complex<R>>& x, bool forward, fft::Norm norm) {
   using C = std::complex<R>;
+  if (x.ndim() != 1) return std::nullopt;
   const NamedSharding start = with_unreduced_axes(x.sharding(), 1, {});
   const int64_t pieces = start.num_pieces(0), n = x.shape()[0];
-  if (x.ndim() != 1 || pieces <= 1) return std::nullopt;
+  if (pieces <= 1) return std::nullopt;
   const int64_t n1 = four_step_rows(n, pieces), n2 = n1 > 0 ? n / n1 : 0;
   if (n1 == 0) return std::nullopt;
   const Mesh& mesh = start.mesh();
@@ -249,6 +250,13 @@ inline std::vector<int> fftn_axes(const std::vector<int>& axes, size_t ndim, con
   return all;
 }
 
+/// fftn_axes, with NumPy's s giving one length per axis (`lengths` of them).
+inline std::vector<int> lengths_axes(size_t lengths, const std::vector<int>& axes, size_t ndim, const char* op) {
+  const auto ax = fftn_axes(axes, ndim, op);
+  DAX_CHECK(lengths == ax.size(), op, ": s has ", lengths, " lengths for ", ax.size(), " axes");
+  return ax;
+}
+
 }  // namespace dax::detail
 
 namespace dax::fft {
@@ -258,8 +266,7 @@ template <class R>
 DistArray<std::complex<R>> fftn(const DistArray<std::complex<R>>& x, const std::vector<int>& axes = {},
                                 Norm norm = Norm::backward, Output output = Output::like_input) {
   const auto ax = detail::fftn_axes(axes, x.ndim(), "fftn");
-  if (x.ndim() == 1)
-    if (auto r = detail::four_step(x, true, norm)) return *r;
+  if (auto r = detail::four_step(x, true, norm)) return *r;
   return detail::run_fft<std::complex<R>>("fftn", x, ax, detail::FftKind::c2c, true, norm, output, x.shape());
 }
 
@@ -268,8 +275,7 @@ template <class R>
 DistArray<std::complex<R>> ifftn(const DistArray<std::complex<R>>& x, const std::vector<int>& axes = {},
                                  Norm norm = Norm::backward, Output output = Output::like_input) {
   const auto ax = detail::fftn_axes(axes, x.ndim(), "ifftn");
-  if (x.ndim() == 1)
-    if (auto r = detail::four_step(x, false, norm)) return *r;
+  if (auto r = detail::four_step(x, false, norm)) return *r;
   return detail::run_fft<std::complex<R>>("ifftn", x, ax, detail::FftKind::c2c, false, norm, output, x.shape());
 }
 
@@ -277,8 +283,7 @@ DistArray<std::complex<R>> ifftn(const DistArray<std::complex<R>>& x, const std:
 template <class R>
 DistArray<std::complex<R>> fft(const DistArray<std::complex<R>>& x, int axis = -1, Norm norm = Norm::backward) {
   const auto ax = detail::fft_axes({axis}, x.ndim(), "fft");
-  if (x.ndim() == 1)
-    if (auto r = detail::four_step(x, true, norm)) return *r;
+  if (auto r = detail::four_step(x, true, norm)) return *r;
   return detail::run_fft<std::complex<R>>("fft", x, ax, detail::FftKind::c2c,
                                           true, norm, Output::like_input, x.shape());
 }
@@ -287,8 +292,7 @@ DistArray<std::complex<R>> fft(const DistArray<std::complex<R>>& x, int axis = -
 template <class R>
 DistArray<std::complex<R>> ifft(const DistArray<std::complex<R>>& x, int axis = -1, Norm norm = Norm::backward) {
   const auto ax = detail::fft_axes({axis}, x.ndim(), "ifft");
-  if (x.ndim() == 1)
-    if (auto r = detail::four_step(x, false, norm)) return *r;
+  if (auto r = detail::four_step(x, false, norm)) return *r;
   return detail::run_fft<std::complex<R>>("ifft", x, ax, detail::FftKind::c2c,
                                           false, norm, Output::like_input, x.shape());
 }
@@ -355,13 +359,6 @@ struct Lengths {
   std::vector<int64_t> s;
 };
 
-namespace detail_lengths {
-inline std::vector<int> axes_for(const Lengths& s, const std::vector<int>& axes, size_t ndim, const char* op) {
-  const auto ax = axes.empty() ? dax::detail::fftn_axes({}, ndim, op) : dax::detail::fft_axes(axes, ndim, op);
-  DAX_CHECK(s.s.size() == ax.size(), op, ": s has ", s.s.size(), " lengths for ", ax.size(), " axes");
-  return ax;
-}
-}  // namespace detail_lengths
 
 template <class R>
 DistArray<std::complex<R>> fft(const DistArray<std::complex<R>>& x, Length n, int axis = -1, Norm norm = Norm::backward) {
@@ -379,20 +376,20 @@ DistArray<std::complex<R>> rfft(const DistArray<R>& x, Length n, int axis = -1, 
 template <class R>
 DistArray<std::complex<R>> fftn(const DistArray<std::complex<R>>& x, const Lengths& s, const std::vector<int>& axes = {},
                                 Norm norm = Norm::backward, Output output = Output::like_input) {
-  const auto ax = detail_lengths::axes_for(s, axes, x.ndim(), "fftn");
+  const auto ax = detail::lengths_axes(s.s.size(), axes, x.ndim(), "fftn");
   return fftn(detail::fit_lengths(x, ax, s.s, "fftn"), ax, norm, output);
 }
 template <class R>
 DistArray<std::complex<R>> ifftn(const DistArray<std::complex<R>>& x, const Lengths& s, const std::vector<int>& axes = {},
                                  Norm norm = Norm::backward, Output output = Output::like_input) {
-  const auto ax = detail_lengths::axes_for(s, axes, x.ndim(), "ifftn");
+  const auto ax = detail::lengths_axes(s.s.size(), axes, x.ndim(), "ifftn");
   return ifftn(detail::fit_lengths(x, ax, s.s, "ifftn"), ax, norm, output);
 }
 template <class R>
   requires std::is_same_v<R, float> || std::is_same_v<R, double>
 DistArray<std::complex<R>> rfftn(const DistArray<R>& x, const Lengths& s, const std::vector<int>& axes = {},
                                  Norm norm = Norm::backward, Output output = Output::like_input) {
-  const auto ax = detail_lengths::axes_for(s, axes, x.ndim(), "rfftn");
+  const auto ax = detail::lengths_axes(s.s.size(), axes, x.ndim(), "rfftn");
   return rfftn(detail::fit_lengths(x, ax, s.s, "rfftn"), ax, norm, output);
 }
 
