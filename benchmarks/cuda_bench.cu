@@ -28,7 +28,9 @@
 // Skips (exit 0) without a GPU. One GPU per rank: under mpirun (DAX_TRANSPORT=mpi when ranks share
 // a GPU) every rank measures on a 1-device mesh of its own, and rank 0 prints.
 //   ./cuda_bench [--json FILE] [--samples N] [--warmup N] [--iters N] [--sections a,b,...]
-// Sections: gemm, elementwise, overhead, mlp, reduction, argmax, reshard, groups (default: all; reshard
+//   (attention) causal attention in bfloat16 of GPT-2 small's shape: dot_product_attention fused
+//      against the composite, forward and forward + backward, ms and TFLOP/s.
+// Sections: gemm, elementwise, overhead, mlp, reduction, attention, argmax, reshard, groups (default: all; reshard
 // needs 2+ ranks and is left out at one, groups runs at one rank only).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -70,7 +72,7 @@ struct Options {
   int samples = 15;
   int warmup = 3;
   int iters = 10000;
-  std::string sections = "gemm,elementwise,overhead,mlp,reduction,argmax,reshard,groups";
+  std::string sections = "gemm,elementwise,overhead,mlp,reduction,attention,argmax,reshard,groups";
   bool runs(const std::string& section) const { return ("," + sections + ",").find("," + section + ",") != std::string::npos; }
 };
 
@@ -517,6 +519,64 @@ void bench_overhead(const dax::Mesh& mesh, const Options& o, Report& r) {
                             ", \"empty_kernel_loop_us\": " + json_number(launch.loop_us) +
                             ", \"target_us\": " + json_number(overhead_target_us) +
                             ", \"meets_target\": " + (ours.total_us <= overhead_target_us ? "true" : "false") + "}");
+}
+
+// ---- attention: fused (FlashAttention on tensor cores) against the composite ----
+
+/// Causal attention of GPT-2 small's shape in bfloat16, (8, 1024, 12, 64): dot_product_attention
+/// fused (one kernel each way, no scores in memory) against the composite (two batched cuBLAS
+/// products around the fused causal softmax), the forward alone and forward + backward (a
+/// value_and_grad of sum(o * w)); TFLOP/s counting the products' multiply-adds (the backward 2.5
+/// times the forward's).
+void bench_attention(const dax::Mesh& mesh, const Options& o, Report& r) {
+  using T = dax::bfloat16;
+  const dax::NamedSharding rep(mesh, dax::P());
+  const dax::Shape shape{8, 1024, 12, 64};
+  const auto q = dax::random::normal<T>(dax::random::key(1), shape, rep);
+  const auto k = dax::random::normal<T>(dax::random::key(2), shape, rep);
+  const auto v = dax::random::normal<T>(dax::random::key(3), shape, rep);
+  const auto w = dax::random::normal<T>(dax::random::key(4), shape, rep);
+  const auto attend = [&](dax::AttentionImplementation how) {
+    return [&, how](const dax::DistArray<T>& qq, const dax::DistArray<T>& kk, const dax::DistArray<T>& vv) {
+      return dax::dot_product_attention(qq, kk, vv, {.is_causal = true, .implementation = how});
+    };
+  };
+  const auto fused = attend(dax::AttentionImplementation::fused), composite = attend(dax::AttentionImplementation::composite);
+  const auto step = [&](const auto& f) {
+    return [&, f] {
+      (void)dax::value_and_grad([&](const std::vector<dax::DistArray<T>>& p) { return dax::sum(f(p[0], p[1], p[2]) * w); })(
+          std::vector<dax::DistArray<T>>{q, k, v});
+    };
+  };
+  const Op fused_forward = [&] { (void)fused(q, k, v); }, composite_forward = [&] { (void)composite(q, k, v); };
+  const Op fused_step = step(fused), composite_step = step(composite);
+  const auto a = fused(q, k, v), b = composite(q, k, v);
+  const double diff = relative_difference(a.local_data().data(), b.local_data().data(), a.size());
+  const int reps = warm_up({composite_step, fused_step, fused_forward, composite_forward}, o.warmup, 20.0);
+  std::vector<double> ms;
+  {
+    SteadyState steady(r, "attention");
+    ms = time_by_turns({fused_forward, composite_forward, fused_step, composite_step}, reps, o.samples);
+  }
+  dax::detail::AttentionShape geo;
+  geo.batch = shape[0], geo.q_len = geo.k_len = shape[1], geo.heads = shape[2], geo.head_dim = shape[3];
+  geo.causal = true;
+  const double forward_tf = geo.forward_flops() / 1e12, step_tf = 3.5 * forward_tf;
+  r.line("#\n# g. causal attention, bfloat16 (8, 1024, 12, 64): fused (tensor cores) vs composite (cuBLAS + fused\n"
+         "#    softmax); forward, and value_and_grad of sum(o * w); median of %d samples; fused vs composite\n"
+         "#    outputs differ by %.2e of the largest\n"
+         "# pass          fused ms  TFLOP/s  composite ms  TFLOP/s  composite / fused\n",
+         o.samples, diff);
+  r.line("forward       %8.3f %8.1f %13.3f %8.1f %10.3f\n", ms[0], forward_tf / (ms[0] * 1e-3), ms[1],
+         forward_tf / (ms[1] * 1e-3), ms[1] / ms[0]);
+  r.line("fwd + bwd     %8.3f %8.1f %13.3f %8.1f %10.3f\n", ms[2], step_tf / (ms[2] * 1e-3), ms[3],
+         step_tf / (ms[3] * 1e-3), ms[3] / ms[2]);
+  r.json_sections.push_back("\"attention\": {\"shape\": [8, 1024, 12, 64], \"dtype\": \"bfloat16\", \"causal\": true"
+                            ", \"fused_forward_ms\": " + json_number(ms[0]) + ", \"composite_forward_ms\": " +
+                            json_number(ms[1]) + ", \"fused_step_ms\": " + json_number(ms[2]) +
+                            ", \"composite_step_ms\": " + json_number(ms[3]) + ", \"forward_ratio\": " +
+                            json_number(ms[1] / ms[0]) + ", \"step_ratio\": " + json_number(ms[3] / ms[2]) +
+                            ", \"max_rel_diff\": " + json_number(diff) + "}");
 }
 
 // ---- f. reductions ----
@@ -982,6 +1042,7 @@ int main(int argc, char** argv) {
     if (o.runs("overhead")) bench_overhead(mesh, o, r);
     if (o.runs("mlp")) bench_mlp(mesh, o, r);
     if (o.runs("reduction")) bench_reduction(mesh, o, r);
+    if (o.runs("attention")) bench_attention(mesh, o, r);
     if (o.runs("argmax")) bench_argmax(mesh, o, r);
     if (o.runs("reshard") && rt.size() > 1) bench_reshard(rt, o, r);
     if (o.runs("groups") && rt.size() == 1) bench_groups(o, r);

@@ -231,8 +231,8 @@ dax::DistArray<T> ring(const Config& c, const Layout& layout, const dax::DistArr
 
 /// Causal self-attention of x (tokens, d, on the residual stream's layout), heads split over 'model'.
 /// Between the input's cast and the output projection everything stays in the compute type, as
-/// torch.autocast keeps it: the projections, the scores, their softmax (computed in float inside
-/// the kernel) and the weighted values.
+/// torch.autocast keeps it: the projections and the attention, whose scores and softmax the fused
+/// kernel computes in float.
 inline Array attention(const Config& c, const Layout& layout, const Layer& p, const Array& normed) {
   return in_compute_type(c, [&]<class T>() {
     const auto x = compute_input<T>(layout, normed);
@@ -244,8 +244,9 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
     const auto q = dax::reshape(dax::matmul(x, to_compute<T>(p.wq)), heads_shape);
     const auto k = dax::reshape(dax::matmul(x, to_compute<T>(p.wk)), heads_shape);
     const auto v = dax::reshape(dax::matmul(x, to_compute<T>(p.wv)), heads_shape);
-    const auto probs = dax::causal_softmax(dax::einsum("bqhe,bkhe->bhqk", q, k), scale);
-    const auto out = dax::reshape(dax::einsum("bhqk,bkhe->bqhe", probs, v), {c.tokens(), c.d_model});
+    // Fused (FlashAttention) where the backend has a fast kernel: no (seq x seq) scores in memory.
+    const auto o = dax::dot_product_attention(q, k, v, {.is_causal = true, .scale = scale});
+    const auto out = dax::reshape(o, {c.tokens(), c.d_model});
     // row-parallel: one all-reduce (SP: reduce-scatter)
     return to_float(dax::matmul(out, to_compute<T>(p.wo), layout.residual())) + p.bo;
   });

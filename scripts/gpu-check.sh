@@ -323,7 +323,7 @@ fi
 configure_and_build cuda_bench
 bench=$BUILD/benchmarks/cuda_bench
 if [ $BUILT -eq 0 ]; then
-  step cuda_bench "$(left)" "$bench" --json "$WORK/cuda_bench.json" --sections gemm,elementwise,overhead,mlp,reduction,argmax,groups
+  step cuda_bench "$(left)" "$bench" --json "$WORK/cuda_bench.json" --sections gemm,elementwise,overhead,mlp,reduction,attention,argmax,groups
   if [ $RC -ne 0 ]; then
     note cuda_bench FAIL $SECS "exit $RC"
   elif grep -q '^SKIPPED' "$WORK/cuda_bench.log"; then

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <dax/backend/cpu/arg_reduce.hpp>
+#include <dax/backend/cpu/attention.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/elementwise.hpp>
 #include <dax/backend/cpu/gather.hpp>
@@ -714,6 +715,67 @@ void test_softmax_rows() {
   check_softmax_rows<float>(0, 16, true, 1, 0, 1, 1.0, 0);  // nothing to do
 }
 
+// ---- fused attention (dot_product_attention) ----
+
+/// Within rel of each value plus rel / 10 of the largest (sums of terms of both signs).
+template <class T>
+std::string close_to(const std::vector<T>& got, const std::vector<T>& want, double rel) {
+  double top = 0;
+  for (const T& w : want) top = std::max(top, std::abs(to_double(w)));
+  std::vector<double> want_d, tol;
+  for (const T& w : want) {
+    want_d.push_back(to_double(w));
+    tol.push_back(rel * std::abs(to_double(w)) + rel * 0.1 * top + 1e-30);
+  }
+  return difference(got, want_d, tol);
+}
+
+/// The GPU's attention forward and backward against the CPU's (backend/cpu/attention.hpp): the
+/// tensor-core kernels for 16-bit types at head_dim 64 and 128 (partial tiles, q_len < k_len,
+/// causal or not), a warp per row otherwise. The backward runs from the CPU's o and lse.
+template <class T>
+void check_attention(int64_t batch, int64_t q_len, int64_t k_len, int64_t heads, int64_t head_dim, bool causal,
+                     double rel) {
+  using C = dax::detail::compute_t<T>;
+  dax::detail::AttentionShape geo;
+  geo.batch = batch, geo.q_len = q_len, geo.k_len = k_len, geo.heads = heads, geo.head_dim = head_dim;
+  geo.scale = 1.0 / std::sqrt(double(head_dim)), geo.causal = causal;
+  const int64_t qn = batch * q_len * heads * head_dim, kn = batch * k_len * heads * head_dim;
+  const auto q = random_vector<T>(qn), k = random_vector<T>(kn), v = random_vector<T>(kn), g = random_vector<T>(qn);
+  std::vector<T> o(qn), dq(qn), dk(kn), dv(kn);
+  std::vector<C> lse(static_cast<size_t>(batch * heads * q_len));
+  cpu::attention_forward(q.data(), k.data(), v.data(), geo, o.data(), lse.data());
+  cpu::attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(), geo, dq.data(), dk.data(),
+                          dv.data());
+  const auto d_q = upload(q), d_k = upload(k), d_v = upload(v), d_g = upload(g), d_o_cpu = upload(o);
+  const auto d_lse_cpu = upload(lse);
+  DeviceArray<T> d_o{gpu::allocate(o.size() * sizeof(T)), o.size()}, d_dq{gpu::allocate(dq.size() * sizeof(T)), dq.size()},
+      d_dk{gpu::allocate(dk.size() * sizeof(T)), dk.size()}, d_dv{gpu::allocate(dv.size() * sizeof(T)), dv.size()};
+  DeviceArray<C> d_lse{gpu::allocate(lse.size() * sizeof(C)), lse.size()};
+  gpu::attention_forward(d_q.data(), d_k.data(), d_v.data(), geo, d_o.data(), d_lse.data());
+  gpu::attention_backward(d_q.data(), d_k.data(), d_v.data(), d_o_cpu.data(), d_lse_cpu.data(), d_g.data(), geo,
+                          d_dq.data(), d_dk.data(), d_dv.data());
+  const std::string what = cat(type_name<T>(), " batch ", batch, " q ", q_len, " k ", k_len, " heads ", heads,
+                               " head_dim ", head_dim, causal ? " causal" : "",
+                               gpu::fused_attention_is_fast<T>(head_dim) ? " (tensor cores)" : " (a warp a row)");
+  expect_same("attention o " + what, close_to(download(d_o), o, rel));
+  expect_same("attention lse " + what, close_to(download(d_lse), lse, rel * 0.1));
+  expect_same("attention dq " + what, close_to(download(d_dq), dq, rel));
+  expect_same("attention dk " + what, close_to(download(d_dk), dk, rel));
+  expect_same("attention dv " + what, close_to(download(d_dv), dv, rel));
+}
+
+void test_attention() {
+  check_attention<float>(2, 37, 37, 3, 20, true, 1e-4);
+  check_attention<float>(2, 5, 9, 1, 64, false, 1e-4);
+  check_attention<double>(1, 70, 90, 2, 33, true, 1e-11);
+  check_attention<Eigen::bfloat16>(1, 33, 33, 2, 48, true, 3e-2);      // 16-bit, no tensor-core shape
+  check_attention<Eigen::bfloat16>(2, 100, 130, 2, 64, true, 3e-2);    // partial tiles, q_len < k_len
+  check_attention<Eigen::half>(1, 192, 192, 3, 128, true, 5e-3);
+  check_attention<Eigen::bfloat16>(1, 65, 70, 1, 128, false, 3e-2);
+  check_attention<Eigen::bfloat16>(1, 1024, 1024, 2, 64, true, 3e-2);  // GPT-2's heads
+}
+
 // ---- generate ----
 
 template <class T, class F>
@@ -819,6 +881,7 @@ int main() {
   run("generate", test_generate);
   run("gather_rows / scatter_add_rows", test_gather);
   run("softmax_rows / softmax_rows_grad", test_softmax_rows);
+  run("attention_forward / attention_backward", test_attention);
   run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });
   run("batched_gemm<double>", [] { test_gemm<double>(1e-12); });
   run("batched_gemm<int32_t>", [] { test_gemm<int32_t>(0); });

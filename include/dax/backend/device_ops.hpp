@@ -13,7 +13,9 @@
 
 #include <dax/backend/buffer.hpp>
 #include <dax/backend/choice.hpp>
+#include <dax/backend/attention_shape.hpp>
 #include <dax/backend/cpu/arg_reduce.hpp>
+#include <dax/backend/cpu/attention.hpp>
 #include <dax/backend/copy_mode.hpp>
 #include <dax/backend/cpu/copy.hpp>
 #include <dax/backend/cpu/elementwise.hpp>
@@ -156,6 +158,33 @@ void softmax_rows(const T* x, const SoftmaxRows& geo, T* y) {
 template <class T>
 void softmax_rows_grad(const T* y, const T* g, const SoftmaxRows& geo, T* dx) {
   DAX_DISPATCH(softmax_rows_grad(y, g, geo, dx));
+}
+
+/// o = softmax(scale q k^T) v per batch and head, and each query's log-sum-exp of its scaled
+/// scores (backend/attention_shape.hpp). On the meta backend it counts its products' FLOPs.
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, const AttentionShape& geo, T* o, compute_t<T>* lse) {
+  if (on_meta()) meta::kernel_counts().gemm_flops += geo.forward_flops();
+  DAX_DISPATCH(attention_forward(q, k, v, geo, o, lse));
+}
+
+/// dq, dk, dv of attention_forward for the output's cotangent g, from its o and lse.
+template <class T>
+void attention_backward(const T* q, const T* k, const T* v, const T* o, const compute_t<T>* lse, const T* g,
+                        const AttentionShape& geo, T* dq, T* dk, T* dv) {
+  if (on_meta()) meta::kernel_counts().gemm_flops += 2.5 * geo.forward_flops();
+  DAX_DISPATCH(attention_backward(q, k, v, o, lse, g, geo, dq, dk, dv));
+}
+
+/// Whether the live backend runs attention of T and this head dimension in a fast fused kernel:
+/// the CPU always (its blocks are BLAS products), CUDA on tensor cores (16-bit, head_dim 64 or
+/// 128), the meta backend as the CPU. Elsewhere dot_product_attention composes cuBLAS products.
+template <class T>
+bool fused_attention_is_fast([[maybe_unused]] int64_t head_dim) {
+#if DAX_CUDA_BACKEND
+  if (on_gpu()) return cuda::fused_attention_is_fast<T>(head_dim);
+#endif
+  return true;
 }
 
 #undef DAX_DISPATCH

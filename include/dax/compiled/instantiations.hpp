@@ -99,7 +99,9 @@
   EXTERN template DistArray<T> cross_entropy<T, int64_t>(const DistArray<T>&, const DistArray<int64_t>&);   \
   EXTERN template DistArray<T> dropout<T>(const random::Key&, const DistArray<T>&, double);                 \
   EXTERN template DistArray<T> masked_softmax<T>(const DistArray<T>&, const DistArray<bool>&);               \
-  EXTERN template DistArray<T> causal_softmax<T>(const DistArray<T>&, double);
+  EXTERN template DistArray<T> causal_softmax<T>(const DistArray<T>&, double);                              \
+  EXTERN template DistArray<T> dot_product_attention<T>(const DistArray<T>&, const DistArray<T>&,           \
+                                                        const DistArray<T>&, const AttentionOptions&);
 
 // Mixed precision (a float32 master copy and a 16-bit or float64 type T): the conversions both
 // ways, and the moves in T's bytes (cast_reshard, reshard_in; ops/cast_reshard.hpp).

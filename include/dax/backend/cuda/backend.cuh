@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dax/backend/cuda/arg_reduce.cuh>
+#include <dax/backend/cuda/attention.cuh>
 #include <dax/backend/cuda/copy.cuh>
 #include <dax/backend/cuda/device.cuh>
 #include <dax/backend/cuda/elementwise.cuh>
