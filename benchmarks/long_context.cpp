@@ -9,7 +9,9 @@
 //    exchange blocking), "exchange_s": .. (those exchanges alone: 4(c-1) blocks, forward and
 //    backward), "exchange_share": exchange_s / ring_blocking_s, "hidden": (ring_blocking_s - ring_s)
 //    / exchange_s (1: the exchange cost nothing; null where the exchange is under 5% of the step,
-//    below the run-to-run noise of the two ring timings), ...}
+//    below the run-to-run noise of the two ring timings), "whole_fused_s", "whole_fused_peak_mb":
+//    the whole sequence through dot_product_attention's fused kernel (no S x S arrays), and
+//    "memory_ratio_fused": ring / that, ...}
 // The ring's three timings are the best of three, taken in turn.
 // Run: mpirun -np C long_context [--seq 4096,8192] [--heads H] [--dim E] [--batch B]
 #include <dax/dax.hpp>
@@ -83,7 +85,7 @@ int main(int argc, char** argv) {
     const float scale = 1.0f / std::sqrt(float(dim));
 
     // The whole sequence on rank 0 alone (the others wait).
-    double whole_s = 0, whole_bytes = 0, whole_loss = 0;
+    double whole_s = 0, whole_bytes = 0, whole_loss = 0, whole_fused_s = 0, whole_fused_bytes = 0;
     if (rt.rank() == 0) {
       const dax::NamedSharding one(alone, dax::P());
       const Qkv p{dax::device_put(q, shape, one), dax::device_put(k, shape, one), dax::device_put(v, shape, one)};
@@ -101,6 +103,15 @@ int main(int argc, char** argv) {
       }
       whole_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       whole_bytes = double(dax::memory_stats().peak_bytes_in_use) - before;
+      // The same with the fused kernel (dot_product_attention: no S x S arrays at all).
+      auto fused_loss = [&](const Qkv& x) {
+        return dax::sum(dax::dot_product_attention(x[0], x[1], x[2], {.is_causal = true, .scale = scale}) * ws);
+      };
+      dax::reset_peak_memory();
+      const auto t1 = std::chrono::steady_clock::now();
+      (void)dax::value_and_grad(fused_loss)(p).first.to_host();
+      whole_fused_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      whole_fused_bytes = double(dax::memory_stats().peak_bytes_in_use) - before;
     }
     MPI_Barrier(MPI_COMM_WORLD);
     // The ring over every rank.
@@ -149,11 +160,13 @@ int main(int argc, char** argv) {
                   "\"ring_s\": %.3f, \"speedup\": %.3f, \"whole_peak_mb\": %.1f, \"ring_peak_mb\": %.1f, "
                   "\"memory_ratio\": %.3f, \"one_over_c\": %.3f, \"ppermute_mb\": %.2f, \"kv_block_mb\": %.2f, "
                   "\"loss_relative_difference\": %.2e, \"ring_blocking_s\": %.4f, \"exchange_s\": %.4f, "
-                  "\"exchange_share\": %.4f, \"hidden\": %s}\n",
+                  "\"exchange_share\": %.4f, \"hidden\": %s, \"whole_fused_s\": %.3f, \"whole_fused_peak_mb\": %.1f, "
+                  "\"memory_ratio_fused\": %.3f}\n",
                   (long long)s, c, (long long)batch, (long long)heads, (long long)dim, whole_s, ring_s, whole_s / ring_s,
                   whole_bytes / 1e6, ring_bytes / 1e6, ring_bytes / whole_bytes, 1.0 / c, ppermute / 1e6,
                   double(n / size_t(c)) * 4 / 1e6, std::abs(ring_loss - whole_loss) / std::abs(whole_loss),
-                  ring_blocking_s, exchange_s, exchange_s / ring_blocking_s, hidden.c_str());
+                  ring_blocking_s, exchange_s, exchange_s / ring_blocking_s, hidden.c_str(), whole_fused_s,
+                  whole_fused_bytes / 1e6, ring_bytes / whole_fused_bytes);
   }
   return 0;
 }

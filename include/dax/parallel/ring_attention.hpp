@@ -23,8 +23,8 @@
 // Written in shard_map with dax ops. Two backwards (RingAttention::recompute):
 // - recompute (the default, as flash attention and ring-flash-attention do): the forward keeps only
 //   each query's output and lse; the backward sends k, v and their gradients' accumulators around
-//   the ring once more and recomputes each block's probabilities. Memory: one block's scores at a
-//   time. Bytes per call, per device, in blocks of k: 2(c-1) forward, 2(c-1) + 2c backward (the
+//   the ring once more and recomputes each block's probabilities. Each block is one fused
+//   attention kernel each way (nn/attention.hpp), so no block's scores are ever in memory. Bytes per call, per device, in blocks of k: 2(c-1) forward, 2(c-1) + 2c backward (the
 //   accumulators take one more step home).
 // - the tape's: every block's scores and probabilities are kept for the backward, which sends the
 //   cotangents of k and v back around the ring (ppermute's transpose): 2(c-1) blocks each way, and
@@ -47,6 +47,7 @@
 #include <dax/core/float16.hpp>
 #include <dax/manual/collectives.hpp>
 #include <dax/manual/shard_map.hpp>
+#include <dax/nn/attention.hpp>
 #include <dax/ops/einsum.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/join.hpp>
@@ -120,10 +121,12 @@ class RingBlocks {
   int chunk_of(int device, int part) const { return part == 0 ? device : 2 * c - 1 - device; }
   /// Whether query chunk `a` of this device meets key chunk `b` of `device` (not all in its future).
   bool meets(int a, int device, int b) const { return !causal_ || chunk_of(device, b) <= chunk_of(me, a); }
+  /// Whether they meet on the diagonal (the same chunk: causal within the block).
+  bool diagonal(int a, int device, int b) const { return causal_ && chunk_of(device, b) == chunk_of(me, a); }
   /// The causal mask where they meet on the diagonal (null elsewhere): one (len, len) array for
   /// the whole call, built on its first use.
   const DistArray<S>* mask(int a, int device, int b) {
-    if (!causal_ || chunk_of(device, b) != chunk_of(me, a)) return nullptr;
+    if (!diagonal(a, device, b)) return nullptr;
     if (!mask_) {
       std::vector<S> host(static_cast<size_t>(len * len), S(0));
       for (int64_t r = 0; r < len; ++r)
@@ -163,7 +166,7 @@ class RingBlocks {
   DistArray<T> cut(const DistArray<T>& x, int part) const {
     return parts == 1 ? x : slice(x, {0, part * len}, {shape_[0], (part + 1) * len});
   }
-  /// Chunk `part` along the queries: dim 2 of (b, h, n, 1).
+  /// Chunk `part` along the queries: dim 2 of a (b, h, n) row statistic.
   DistArray<T> cut_rows(const DistArray<T>& x, int part) const {
     return parts == 1 ? x : slice(x, {0, 0, part * len}, {shape_[0], shape_[2], (part + 1) * len});
   }
@@ -211,9 +214,16 @@ DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArr
   return r.joined(parts_out);
 }
 
+/// A (b, h, n) row statistic as a (b, n, h, 1) factor of outputs laid out (b, n, h, e).
+template <class T>
+DistArray<T> per_row(const DistArray<T>& x) {
+  return expand_dims(transpose(x, {0, 2, 1}), 3);
+}
+
 /// The recomputing forward on this device's blocks (b, n, h, e): its queries' outputs and, per
-/// query, the log of its softmax's sum over every key (b, h, n, 1); blocks are combined as they
-/// come, so one block's scores are alive at a time.
+/// query, the log of its softmax's sum over every key (b, h, n). Each block is one fused attention
+/// kernel (nn/attention.hpp: its output and lse, no scores in memory; causal on the diagonal), and
+/// blocks are combined as they come.
 template <class T>
 std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v,
                                                           const std::string& axis, bool causal, double scale,
@@ -221,30 +231,32 @@ std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q,
   RingBlocks<T> r(q.shape(), axis, causal, overlap);
   std::vector<std::optional<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
   r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
-    auto [o, lse] = attend_block(r.cut(q, a), kb, vb, scale, r.mask(a, from, b));
+    auto [o, saved] = dax::detail::fused_attention_forward(r.cut(q, a), kb, vb, scale, r.diagonal(a, from, b));
+    const DistArray<T>& lse = saved.lse;
     auto& out = outs[size_t(a)];
     auto& total = lses[size_t(a)];
     if (!out) {
-      out = std::move(o), total = std::move(lse);
+      out = std::move(o), total = lse;
     } else {  // log(e^x + e^y) = m + log(e^(x-m) + e^(y-m)), m = max(x, y)
       const DistArray<T> m = maximum(*total, lse);
       const DistArray<T> both = m + log(exp(*total - m) + exp(lse - m));
-      out = *out * exp(*total - both) + o * exp(lse - both);
+      out = *out * per_row(exp(*total - both)) + o * per_row(exp(lse - both));
       total = both;
     }
   });
   std::vector<DistArray<T>> o_parts, lse_parts;
   for (int a = 0; a < r.parts; ++a) {
-    o_parts.push_back(transpose(*outs[size_t(a)], {0, 2, 1, 3}));
+    o_parts.push_back(*outs[size_t(a)]);
     lse_parts.push_back(*lses[size_t(a)]);
   }
   return {r.joined(o_parts), r.joined(lse_parts, 2)};
 }
 
 /// The recomputing backward on this device's blocks: q, k, v, the output and the cotangent g
-/// (b, n, h, e), lse (b, h, n, 1). For each query block a and key block b (as the forward pairs
-/// them): P = exp(S - lse), dV_b += P^T dO, dS = P (dO V_b^T - rowsum(dO O)), dQ_a += dS K_b scale,
-/// dK_b += dS^T Q_a scale. dQ stays here; dK and dV travel with k and v and come home at the end.
+/// (b, n, h, e), lse (b, h, n). For each query block a and key block b (as the forward pairs
+/// them), the fused attention backward against the whole output and lse (nn/attention.hpp:
+/// P = exp(S - lse), dV_b += P^T dO, dS = P (dO V_b^T - rowsum(dO O)), dQ_a += dS K_b scale,
+/// dK_b += dS^T Q_a scale). dQ stays here; dK and dV travel with k and v and come home at the end.
 template <class T>
 std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const DistArray<T>& q, DistArray<T> k,
                                                                          DistArray<T> v, const DistArray<T>& out,
@@ -255,24 +267,23 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
   const Shape s = q.shape();
   const Shape part_shape{s[0], r.len, s[2], s[3]};
   std::vector<DistArray<T>> dq, dk, dv;
-  std::vector<DistArray<T>> q_parts, g_parts, lse_parts, d_parts;  // d: rowsum(dO * O), (b, h, n, 1)
+  std::vector<DistArray<T>> q_parts, g_parts, o_parts, lse_parts;
   for (int a = 0; a < r.parts; ++a) {
     dq.push_back(zeros<T>(part_shape, local_sharding()));
     dk.push_back(zeros<T>(part_shape, local_sharding()));
     dv.push_back(zeros<T>(part_shape, local_sharding()));
     q_parts.push_back(r.cut(q, a));
     g_parts.push_back(r.cut(g, a));
+    o_parts.push_back(r.cut(out, a));
     lse_parts.push_back(r.cut_rows(lse, a));
-    d_parts.push_back(expand_dims(einsum("bqhe,bqhe->bhq", g_parts.back(), r.cut(out, a)), 3));
   }
   auto visit = [&](int a, int b, int from, const DistArray<T>& kp, const DistArray<T>& vp) {
-    DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q_parts[size_t(a)], kp) * T(scale);
-    if (const DistArray<T>* mask = r.mask(a, from, b)) scores = scores + *mask;
-    const DistArray<T> p = exp(scores - lse_parts[size_t(a)]);
-    dv[size_t(b)] = dv[size_t(b)] + einsum("bhqk,bqhe->bkhe", p, g_parts[size_t(a)]);
-    const DistArray<T> ds = p * (einsum("bqhe,bkhe->bhqk", g_parts[size_t(a)], vp) - d_parts[size_t(a)]);
-    dq[size_t(a)] = dq[size_t(a)] + einsum("bhqk,bkhe->bqhe", ds, kp) * T(scale);
-    dk[size_t(b)] = dk[size_t(b)] + einsum("bhqk,bqhe->bkhe", ds, q_parts[size_t(a)]) * T(scale);
+    const dax::detail::AttentionSaved<T> block{q_parts[size_t(a)], kp, vp, o_parts[size_t(a)], lse_parts[size_t(a)],
+                                               scale, r.diagonal(a, from, b)};
+    auto [dq_ab, dk_ab, dv_ab] = dax::detail::fused_attention_backward(block, g_parts[size_t(a)]);
+    dq[size_t(a)] = dq[size_t(a)] + dq_ab;
+    dk[size_t(b)] = dk[size_t(b)] + dk_ab;
+    dv[size_t(b)] = dv[size_t(b)] + dv_ab;
   };
   // The accumulators of k's and v's gradients go with them, one step more: after c steps they are
   // back on the device they belong to.
@@ -322,11 +333,6 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
       DAX_CHECK(name != axis, "ring_attention: q's dimension ", d, " is split over '", axis,
                 "', the sequence's axis; expected it split over other axes, got ", to_string(qs));
   }
-  // The recomputing path's saved lse and travelling accumulators are in T: a 16-bit T runs it in
-  // float (k and v then travel in 32 bits; ring_attention_shard's path keeps them 16-bit).
-  if constexpr (dax::detail::is_float16_v<T>)
-    if (options.recompute)
-      return astype<T>(ring_attention(astype<float>(q), astype<float>(k), astype<float>(v), axis, options));
   const PartitionSpec spec(entry(0), axis, entry(2), none);
   const double s = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   const bool overlap = options.overlap;
@@ -336,27 +342,33 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
           return detail::ring_attention_block(qb, kb, vb, axis, causal, s, overlap);
         },
         mesh, {spec, spec, spec}, spec)(q, k, v);
-  const PartitionSpec rows(entry(0), entry(2), axis, none);  // lse: (batch, heads, sequence, 1)
-  auto forward = [=](const DistArray<T>& qf, const DistArray<T>& kf, const DistArray<T>& vf) {
-    const NamedSharding at(mesh, spec);
-    const DistArray<T> qm = reshard(qf, at), km = reshard(kf, at), vm = reshard(vf, at);
-    auto [out, lse] = shard_map(
-        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
-          return detail::ring_forward_block(qb, kb, vb, axis, causal, s, overlap);
-        },
-        mesh, {spec, spec, spec}, std::vector<PartitionSpec>{spec, rows})(qm, km, vm);
-    return std::pair{out, std::tuple{qm, km, vm, out, lse}};
-  };
-  auto backward = [=](const auto& saved, const DistArray<T>& g) {
-    const auto& [qm, km, vm, out, lse] = saved;
-    return shard_map(
-        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb,
-                                   const DistArray<T>& ob, const DistArray<T>& lb, const DistArray<T>& gb) {
-          return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s, overlap);
-        },
-        mesh, {spec, spec, spec, spec, rows, spec}, std::vector<PartitionSpec>{spec, spec, spec})(qm, km, vm, out, lse, g);
-  };
-  return custom_vjp("ring_attention", forward, backward)(q, k, v);
+  // The recomputing path's saved lse and travelling accumulators are in T: a 16-bit T runs it in
+  // float (k and v then travel in 32 bits; ring_attention_shard's path keeps them 16-bit).
+  if constexpr (dax::detail::is_float16_v<T>) {
+    return astype<T>(ring_attention(astype<float>(q), astype<float>(k), astype<float>(v), axis, options));
+  } else {
+    const PartitionSpec rows(entry(0), entry(2), axis);  // lse: (batch, heads, sequence)
+    auto forward = [=](const DistArray<T>& qf, const DistArray<T>& kf, const DistArray<T>& vf) {
+      const NamedSharding at(mesh, spec);
+      const DistArray<T> qm = reshard(qf, at), km = reshard(kf, at), vm = reshard(vf, at);
+      auto [out, lse] = shard_map(
+          [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+            return detail::ring_forward_block(qb, kb, vb, axis, causal, s, overlap);
+          },
+          mesh, {spec, spec, spec}, std::vector<PartitionSpec>{spec, rows})(qm, km, vm);
+      return std::pair{out, std::tuple{qm, km, vm, out, lse}};
+    };
+    auto backward = [=](const auto& saved, const DistArray<T>& g) {
+      const auto& [qm, km, vm, out, lse] = saved;
+      return shard_map(
+          [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb,
+                                     const DistArray<T>& ob, const DistArray<T>& lb, const DistArray<T>& gb) {
+            return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s, overlap);
+          },
+          mesh, {spec, spec, spec, spec, rows, spec}, std::vector<PartitionSpec>{spec, spec, spec})(qm, km, vm, out, lse, g);
+    };
+    return custom_vjp("ring_attention", forward, backward)(q, k, v);
+  }
 }
 
 /// ring_attention's body for a caller already inside shard_map over a mesh with `axis`: q, k, v
