@@ -6,6 +6,7 @@
 // DESIGN §6's formula for them.
 //   mpirun -np N train_step [--batch B] [--steps S] [--warmup W] [--layers L] [--d-model D]
 //                           [--heads H] [--vocab V] [--seq T] [--precision f32|bf16] [--profile FILE]
+//                           [--attention auto|fused|composite] (dot_product_attention's implementation)
 // The nvcc build (train_step_cuda, GPU builds only) runs the same step on the GPU; with it
 // benchmarks/train_step_gpu.py compares a GPT-2-small-sized model with PyTorch eager (issue 40).
 #include <dax/dax.hpp>
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
     else if (flag == "--vocab") c.vocab = std::atoi(value.c_str());
     else if (flag == "--seq") c.seq = std::atoi(value.c_str());
     else if (flag == "--profile") profile_path = value;
+    else if (flag == "--attention" && (value == "auto" || value == "fused" || value == "composite"))
+      c.attention = value == "fused"       ? dax::AttentionImplementation::fused
+                    : value == "composite" ? dax::AttentionImplementation::composite
+                                           : dax::AttentionImplementation::automatic;
     else if (flag == "--precision" && (value == "f32" || value == "bf16"))
       c.compute = value == "bf16" ? dax::DType::bfloat16 : dax::DType::float32;
     else throw dax::Error("train_step: unknown flag or value '" + flag + " " + value + "'");

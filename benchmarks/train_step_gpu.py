@@ -15,7 +15,11 @@ Model FLOPs per token: 6 N + 12 L d T (nanoGPT's and PaLM's count; N the paramet
 multiply: the layers' 12 L d^2 and the head's d V; attention counted whole, not causal); MFU
 is that over the GPU's dense peak (--peak-tflops, H100/H200 SXM: 989 bf16, 67 fp32).
 
-    python3 benchmarks/train_step_gpu.py --build build-gpu [--rounds 2] [--json FILE]
+dax's attention is dot_product_attention's automatic choice (bf16: the fused tensor-core kernels;
+float32: the composite of cuBLAS products); --dax-attention composite,fused adds dax runs with
+each forced, to tell what the fused kernels give.
+
+    python3 benchmarks/train_step_gpu.py --build build-gpu [--rounds 2] [--json FILE] [--dax-attention composite]
 """
 import argparse
 import json
@@ -51,6 +55,8 @@ def main():
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--precisions", default="f32,bf16")
+    # Extra dax runs with dot_product_attention forced ("composite,fused"): auto is always run.
+    parser.add_argument("--dax-attention", default="")
     parser.add_argument("--peak-tflops", default="f32:67,bf16:989")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
@@ -70,6 +76,8 @@ def main():
     for precision in args.precisions.split(","):
         commands = {
             "dax": [program] + size + ["--precision", precision],
+            **{f"dax_{a}": [program] + size + ["--precision", precision, "--attention", a]
+               for a in args.dax_attention.split(",") if a},
             "torch_math": [sys.executable, torch_py, "--device", "cuda", "--attention", "math",
                            "--precision", precision] + size,
             "torch_sdpa": [sys.executable, torch_py, "--device", "cuda", "--attention", "sdpa",

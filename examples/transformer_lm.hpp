@@ -48,6 +48,8 @@ struct Config {
   int top_k = 2;            // the experts each token goes to
   float aux_weight = 0.01f;  // the load-balancing loss's weight (Switch Transformer's)
   dax::DType compute = dax::DType::float32;  // the products' type (--precision); parameters stay float32
+  /// How attention runs (dax::dot_product_attention's choice; benchmarks/train_step's --attention).
+  dax::AttentionImplementation attention = dax::AttentionImplementation::automatic;
   /// The mixed-precision policy of --precision: float32 master weights and output, products in
   /// `compute`, FSDP's gathers in `compute`, gradients summed in float32 (torchtitan's default).
   dax::optim::Precision precision() const { return {.compute = compute}; }
@@ -245,7 +247,7 @@ inline Array attention(const Config& c, const Layout& layout, const Layer& p, co
     const auto k = dax::reshape(dax::matmul(x, to_compute<T>(p.wk)), heads_shape);
     const auto v = dax::reshape(dax::matmul(x, to_compute<T>(p.wv)), heads_shape);
     // Fused (FlashAttention) where the backend has a fast kernel: no (seq x seq) scores in memory.
-    const auto o = dax::dot_product_attention(q, k, v, {.is_causal = true, .scale = scale});
+    const auto o = dax::dot_product_attention(q, k, v, {.is_causal = true, .scale = scale, .implementation = c.attention});
     const auto out = dax::reshape(o, {c.tokens(), c.d_model});
     // row-parallel: one all-reduce (SP: reduce-scatter)
     return to_float(dax::matmul(out, to_compute<T>(p.wo), layout.residual())) + p.bo;

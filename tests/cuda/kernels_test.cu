@@ -704,7 +704,32 @@ void check_softmax_rows(int64_t rows, int64_t length, bool causal, int64_t q_cou
   expect_same("softmax_rows_grad " + what, difference(download(dx), want_dx_d, tol_dx));
 }
 
+/// cross_entropy's row statistics: the GPU's logsumexp and picked logit against the CPU's, labels
+/// inside and outside [0, length).
+template <class T, class L>
+void check_logsumexp_pick(int64_t rows, int64_t length, double rel) {
+  const auto x = random_vector<T>(rows * length);
+  std::vector<L> labels(static_cast<size_t>(rows));
+  for (auto& l : labels) l = static_cast<L>(uniform(-1, length));  // -1 and length pick nothing
+  std::vector<T> lse(labels.size()), picked(labels.size());
+  cpu::logsumexp_pick_rows(x.data(), labels.data(), rows, length, lse.data(), picked.data());
+  const auto d_x = upload(x);
+  const auto d_labels = upload(labels);
+  DeviceArray<T> d_lse{gpu::allocate(std::max<size_t>(lse.size(), 1) * sizeof(T)), lse.size()};
+  DeviceArray<T> d_picked{gpu::allocate(std::max<size_t>(lse.size(), 1) * sizeof(T)), lse.size()};
+  gpu::logsumexp_pick_rows(d_x.data(), d_labels.data(), rows, length, d_lse.data(), d_picked.data());
+  const std::string what = cat(type_name<T>(), " ", rows, " rows of ", length);
+  std::vector<double> want, tol;
+  for (const T& v : lse) want.push_back(to_double(v)), tol.push_back(rel * std::abs(to_double(v)) + rel);
+  expect_same("logsumexp_pick_rows lse " + what, difference(download(d_lse), want, tol));
+  expect_same("logsumexp_pick_rows picked " + what + " (bit-identical)", difference(download(d_picked), picked));
+}
+
 void test_softmax_rows() {
+  check_logsumexp_pick<float, int32_t>(37, 1000, 1e-6);
+  check_logsumexp_pick<double, int64_t>(5, 50304, 1e-13);  // GPT-2's vocabulary
+  check_logsumexp_pick<Eigen::bfloat16, int32_t>(64, 300, 1e-2);
+  check_logsumexp_pick<float, int64_t>(3, 7, 1e-6);       // rows shorter than a warp
   check_softmax_rows<float>(37, 100, false, 1, 0, 1, 1.0, 1e-5);
   check_softmax_rows<float>(2 * 3 * 64, 64, true, 64, 0, 64, 0.125, 1e-5);  // (b, h, q, k), q == k
   check_softmax_rows<float>(2 * 5, 9, true, 5, 3, 8, 0.7, 1e-5);            // queries 3..7 of 8, 9 keys

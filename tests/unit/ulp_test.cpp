@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include <dax/ops/float_math.hpp>
+#include <dax/core/float_math.hpp>
 
 #include "../common/ulp.hpp"
 
@@ -107,7 +107,7 @@ TEST_CASE("the ULP table is small and whole", "[ulp]") {
 }
 
 TEST_CASE("tanh_float: within 2 ULPs of tanh over every float magnitude, exact at the edges", "[ulp]") {
-  // The CPU's vectorizable float tanh (ops/float_math.hpp) against tanh in double, rounded: every
+  // The CPU's vectorizable float tanh (core/float_math.hpp) against tanh in double, rounded: every
   // 61st float from 0 to 12 (past 10 it is 1) and its negative, both sides of the 0.625 seam
   // densely, and the special values.
   std::vector<float> seam;  // both sides of the 0.625 seam, densely
@@ -129,7 +129,7 @@ TEST_CASE("tanh_float: within 2 ULPs of tanh over every float magnitude, exact a
 }
 
 TEST_CASE("exp_float: within 2 ULPs of exp from underflow to overflow, exact at the edges", "[ulp]") {
-  // softmax's and cross-entropy's vectorizable float exp (ops/float_math.hpp) against exp in
+  // softmax's and cross-entropy's vectorizable float exp (core/float_math.hpp) against exp in
   // double, rounded: every 61st float of magnitude below 120 (both signs: overflow past 88.7,
   // subnormal results below -87.3, 0 below -103.97), and the special values.
   const Worst w = sweep_worst([](float x) { return dax::detail::exp_float(x); },

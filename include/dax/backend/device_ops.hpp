@@ -160,6 +160,12 @@ void softmax_rows_grad(const T* y, const T* g, const SoftmaxRows& geo, T* dx) {
   DAX_DISPATCH(softmax_rows_grad(y, g, geo, dx));
 }
 
+/// Per row of `length` logits: its logsumexp and the logit at its label (0 outside [0, length)).
+template <class T, class L>
+void logsumexp_pick_rows(const T* x, const L* labels, int64_t rows, int64_t length, T* lse, T* picked) {
+  DAX_DISPATCH(logsumexp_pick_rows(x, labels, rows, length, lse, picked));
+}
+
 /// o = softmax(scale q k^T) v per batch and head, and each query's log-sum-exp of its scaled
 /// scores (backend/attention_shape.hpp). On the meta backend it counts its products' FLOPs.
 template <class T>

@@ -8,7 +8,7 @@
 #endif
 
 // Inlined whatever the compiler's size heuristics say: for small math functions whose callers'
-// loops vectorize only with them inlined (ops/float_math.hpp).
+// loops vectorize only with them inlined (core/float_math.hpp).
 #if defined(__GNUC__) || defined(__clang__)
 #define DAX_ALWAYS_INLINE inline __attribute__((always_inline))
 #else

@@ -1,5 +1,7 @@
 // dax::cross_entropy(logits, labels): the mean over tokens of -log softmax(logits)[label], as a
-// custom-VJP function that never gathers the logits. With the vocabulary (last) dimension split
+// custom-VJP function that never gathers the logits. With the vocabulary whole on each device the
+// forward is one kernel over the logits' rows (each row's logsumexp and its label's logit,
+// backend/cpu/softmax.hpp's logsumexp_pick_rows). With the vocabulary (last) dimension split
 // over mesh axes (Megatron's vocab-parallel loss) the forward is three all-reduces of one value per
 // token over exactly those axes: the row max (MAX, under stop_gradient: its terms cancel), the sum
 // of exponentials and the label's logit (SUMs, each device adding the label's logit only where its
@@ -37,6 +39,23 @@ DistArray<L> last_index(const DistArray<T>& like) {
   });
 }
 
+/// Each row's logsumexp and its label's logit, (..., 1) each, from one kernel over z's rows (its
+/// last dimension whole) and the labels laid out as those rows (..., 1).
+template <class T, class L>
+std::pair<DistArray<T>, DistArray<T>> logsumexp_pick(const DistArray<T>& z, const DistArray<L>& label) {
+  const ProfiledOp profiled("cross_entropy_rows", z, label);
+  const NamedSharding& s = label.sharding();
+  const Shape& shape = label.shape();
+  Runtime& rt = Runtime::current();
+  if (!s.mesh().contains(rt.rank())) return {DistArray<T>(shape, s, nullptr), DistArray<T>(shape, s, nullptr)};
+  const int64_t rows = numel(s.device_indices(rt.rank(), shape));
+  auto lse = dev::allocate(static_cast<size_t>(rows) * sizeof(T));
+  auto picked = dev::allocate(static_cast<size_t>(rows) * sizeof(T));
+  dev::logsumexp_pick_rows(z.local_data().data(), label.local_data().data(), rows, z.shape().back(),
+                           static_cast<T*>(lse->data()), static_cast<T*>(picked->data()));
+  return {DistArray<T>(shape, s, std::move(lse)), DistArray<T>(shape, s, std::move(picked))};
+}
+
 }  // namespace detail
 
 /// mean over tokens of -log softmax(logits)[..., label]: logits (..., V) floating, labels (...) of
@@ -60,14 +79,19 @@ DistArray<T> cross_entropy(const DistArray<T>& logits, const DistArray<L>& label
         using namespace detail;
         // Partial sums are reduced first: the max and the label's pick need the true logits.
         const DistArray<T> z = nn_reduced(x, "cross_entropy");
-        const DistArray<T> m = max(z, {-1}, true);  // all-reduce MAX over the vocabulary axes
-        const DistArray<T> s = sum(map<T>(Linearity::none, nn_fn::ExpShift{}, z, m), {-1}, true);  // all-reduce SUM
         // The labels as a (..., 1) column laid out like the rows of z (replicated over the
         // vocabulary axes): no bytes when they came that way, saved for the backward.
         const NamedSharding rows = unsplit(z.sharding(), z.ndim(), z.ndim() - 1);
         const DistArray<L> column_of_labels = expand_dims(labels, -1);
         check_operand_layout(column_of_labels, rows, "cross_entropy");
         const DistArray<L> label = reshard(column_of_labels, rows);
+        if (z.sharding().dim_axes(z.ndim() - 1).empty()) {  // the vocabulary whole: one pass, one kernel
+          auto [lse, picked] = logsumexp_pick(z, label);
+          DistArray<T> loss = sum(lse - picked) / static_cast<T>(count);
+          return std::pair{std::move(loss), std::tuple{z, lse, label}};
+        }
+        const DistArray<T> m = max(z, {-1}, true);  // all-reduce MAX over the vocabulary axes
+        const DistArray<T> s = sum(map<T>(Linearity::none, nn_fn::ExpShift{}, z, m), {-1}, true);  // all-reduce SUM
         const DistArray<L> column = last_index<L>(z);
         const DistArray<T> picked =
             sum(map<T>(Linearity::none, nn_fn::PickLabel{}, z, label, column), {-1}, true);  // all-reduce SUM

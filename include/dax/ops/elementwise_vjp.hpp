@@ -10,7 +10,7 @@
 
 #include <dax/core/float16.hpp>
 #include <dax/core/macros.hpp>
-#include <dax/ops/float_math.hpp>
+#include <dax/core/float_math.hpp>
 #include <dax/core/shape.hpp>
 
 namespace dax {

@@ -8,7 +8,7 @@
 
 #include <dax/core/float16.hpp>
 #include <dax/core/macros.hpp>
-#include <dax/ops/float_math.hpp>
+#include <dax/core/float_math.hpp>
 
 namespace dax::detail::fn {
 

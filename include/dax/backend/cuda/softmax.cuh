@@ -67,6 +67,49 @@ __global__ void softmax_rows_grad_kernel(const T* y, const T* g, SoftmaxRows geo
   }
 }
 
+/// cross_entropy's row statistics, a warp per row: lse = log sum exp(x) (an online max and sum,
+/// as above) and the logit at the row's label (0 outside [0, length)).
+template <class T, class L>
+__global__ void logsumexp_pick_rows_kernel(const T* x, const L* labels, int64_t rows, int64_t length, T* lse,
+                                           T* picked) {
+  using C = compute_t<T>;
+  constexpr C lowest = -std::numeric_limits<C>::infinity();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int64_t r = grid_first() / 32; r < rows; r += grid_step() / 32) {
+    const T* in = x + r * length;
+    C m = lowest, s = 0;
+    for (int64_t j = lane; j < length; j += 32) {
+      const C t = static_cast<C>(in[j]);
+      if (t > m) {
+        s = s * exp(m - t) + C(1);
+        m = t;
+      } else if (t != lowest) {
+        s += exp(t - m);
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const C m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+      const C top = m > m2 ? m : m2;
+      s = (m == lowest ? C(0) : s * exp(m - top)) + (m2 == lowest ? C(0) : s2 * exp(m2 - top));
+      m = top;
+    }
+    if (lane == 0) {
+      lse[r] = static_cast<T>(m + log(s));
+      const L label = labels[r];
+      picked[r] = label >= 0 && static_cast<int64_t>(label) < length ? in[label] : T(0);
+    }
+  }
+}
+
+/// cross_entropy's lse and picked logit per row. Queued on the stream.
+template <class T, class L>
+void logsumexp_pick_rows(const T* x, const L* labels, int64_t rows, int64_t length, T* lse, T* picked) {
+  if (rows == 0 || length == 0) return;
+  logsumexp_pick_rows_kernel<<<grid_blocks(rows * 32), block_threads, 0, context().stream()>>>(x, labels, rows, length,
+                                                                                                lse, picked);
+  check_launch("logsumexp_pick_rows_kernel");
+}
+
 /// y = softmax(scale * x) over each row's visible keys. Queued on the stream.
 template <class T>
 void softmax_rows(const T* x, const SoftmaxRows& geo, T* y) {
