@@ -215,20 +215,23 @@ __device__ inline W to16(float x) {
   else return __float2half(x);
 }
 
-/// Shared memory, carved in 128-byte pieces.
+/// Bytes of shared memory `count` elements take, in 128-byte pieces (every piece's start then
+/// meets WMMA's 32-byte alignment).
+template <class E>
+constexpr int64_t carved(int64_t count) {
+  return (count * static_cast<int64_t>(sizeof(E)) + 127) / 128 * 128;
+}
+
+/// Shared memory handed out in carved pieces, in order.
 struct Carver {
   char* at;
   template <class E>
   __device__ E* take(int64_t count) {
     E* p = reinterpret_cast<E*>(at);
-    at += (count * static_cast<int64_t>(sizeof(E)) + 127) / 128 * 128;
+    at += carved<E>(count);
     return p;
   }
 };
-template <class E>
-constexpr int64_t carved(int64_t count) {
-  return (count * static_cast<int64_t>(sizeof(E)) + 127) / 128 * 128;
-}
 
 /// Rows [first, first + 64) of one head (head_dim D, stride `stride`) into shared rows of D + pad16,
 /// 16 bytes at a time; rows past `len` are zeros.
@@ -279,26 +282,71 @@ __device__ inline void accumulate_16xD(const W* a, int ld_a, const W* b_s, float
   }
 }
 
+/// The forward kernel's shared memory, carved in one place beside its size: the query, key and
+/// value tiles (16-bit), the scores (float), the probabilities (16-bit), the output accumulating
+/// (float), each row's running max and sum.
 template <int D, class W>
-constexpr int64_t forward_shared_bytes() {
-  return 3 * carved<W>(tile * (D + pad16)) + carved<float>(tile * (tile + pad32)) +
-         carved<W>(tile * (tile + pad16)) + carved<float>(tile * (D + pad32)) + 2 * carved<float>(tile);
-}
+struct ForwardTiles {
+  W *qs, *ks, *vs, *ps;
+  float *ss, *os, *row_max, *row_sum;
+  static constexpr int64_t bytes() {
+    return 3 * carved<W>(tile * (D + pad16)) + carved<float>(tile * (tile + pad32)) +
+           carved<W>(tile * (tile + pad16)) + carved<float>(tile * (D + pad32)) + 2 * carved<float>(tile);
+  }
+#if defined(__CUDACC__)
+  __device__ explicit ForwardTiles(char* shared) {
+    Carver carve{shared};
+    qs = carve.take<W>(tile * (D + pad16));
+    ks = carve.take<W>(tile * (D + pad16));
+    vs = carve.take<W>(tile * (D + pad16));
+    ss = carve.take<float>(tile * (tile + pad32));
+    ps = carve.take<W>(tile * (tile + pad16));
+    os = carve.take<float>(tile * (D + pad32));
+    row_max = carve.take<float>(tile);
+    row_sum = carve.take<float>(tile);
+  }
+#endif
+};
+
+/// The backward kernels' shared memory, likewise: the key, value, query and cotangent tiles
+/// (16-bit), the scores and their gradients (float) and their 16-bit copies, `accumulators` tiles
+/// of the gradients being summed (float: dk and dv, or dq), each query row's lse and delta.
+template <int D, class W, int accumulators>
+struct BackwardTiles {
+  W *ks, *vs, *qs, *gs, *ps, *dss;
+  float *ss, *dps, *lse_s, *delta_s;
+  float* acc[accumulators];
+  static constexpr int64_t bytes() {
+    return 4 * carved<W>(tile * (D + pad16)) + 2 * carved<float>(tile * (tile + pad32)) +
+           2 * carved<W>(tile * (tile + pad16)) + accumulators * carved<float>(tile * (D + pad32)) +
+           2 * carved<float>(tile);
+  }
+#if defined(__CUDACC__)
+  __device__ explicit BackwardTiles(char* shared) {
+    Carver carve{shared};
+    ks = carve.take<W>(tile * (D + pad16));
+    vs = carve.take<W>(tile * (D + pad16));
+    qs = carve.take<W>(tile * (D + pad16));
+    gs = carve.take<W>(tile * (D + pad16));
+    ss = carve.take<float>(tile * (tile + pad32));
+    dps = carve.take<float>(tile * (tile + pad32));
+    ps = carve.take<W>(tile * (tile + pad16));
+    dss = carve.take<W>(tile * (tile + pad16));
+    for (float*& a : acc) a = carve.take<float>(tile * (D + pad32));
+    lse_s = carve.take<float>(tile);
+    delta_s = carve.take<float>(tile);
+  }
+#endif
+};
 
 template <int D, class W>
 __global__ void __launch_bounds__(tile_warps * 32)
     forward_tiles(const W* q, const W* k, const W* v, AttentionShape geo, W* o, float* lse) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) char shared[];
-  Carver carve{shared};
-  W* qs = carve.take<W>(tile * (D + pad16));
-  W* ks = carve.take<W>(tile * (D + pad16));
-  W* vs = carve.take<W>(tile * (D + pad16));
-  float* ss = carve.take<float>(tile * (tile + pad32));
-  W* ps = carve.take<W>(tile * (tile + pad16));
-  float* os = carve.take<float>(tile * (D + pad32));
-  float* row_max = carve.take<float>(tile);
-  float* row_sum = carve.take<float>(tile);
+  const ForwardTiles<D, W> t(shared);
+  W *qs = t.qs, *ks = t.ks, *vs = t.vs, *ps = t.ps;
+  float *ss = t.ss, *os = t.os, *row_max = t.row_max, *row_sum = t.row_sum;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * tile, n = blockIdx.y, b = blockIdx.z;
   const int64_t stride = geo.row_stride();
@@ -377,12 +425,6 @@ __device__ inline void score_grads_16(const float* ss, const float* dps, W* dss,
     dss[r * (tile + pad16) + c] = to16<W>(ss[r * (tile + pad32) + c] * (dps[r * (tile + pad32) + c] - delta_s[r]));
 }
 
-template <int D, class W>
-constexpr int64_t dkv_shared_bytes() {
-  return 4 * carved<W>(tile * (D + pad16)) + 2 * carved<float>(tile * (tile + pad32)) +
-         2 * carved<W>(tile * (tile + pad16)) + 2 * carved<float>(tile * (D + pad32)) + 2 * carved<float>(tile);
-}
-
 /// dk and dv of one 64-key tile, walking the query tiles that see it.
 template <int D, class W>
 __global__ void __launch_bounds__(tile_warps * 32)
@@ -390,19 +432,9 @@ __global__ void __launch_bounds__(tile_warps * 32)
               AttentionShape geo, W* dk, W* dv) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) char shared[];
-  Carver carve{shared};
-  W* ks = carve.take<W>(tile * (D + pad16));
-  W* vs = carve.take<W>(tile * (D + pad16));
-  W* qs = carve.take<W>(tile * (D + pad16));
-  W* gs = carve.take<W>(tile * (D + pad16));
-  float* ss = carve.take<float>(tile * (tile + pad32));
-  float* dps = carve.take<float>(tile * (tile + pad32));
-  W* ps = carve.take<W>(tile * (tile + pad16));
-  W* dss = carve.take<W>(tile * (tile + pad16));
-  float* dks = carve.take<float>(tile * (D + pad32));
-  float* dvs = carve.take<float>(tile * (D + pad32));
-  float* lse_s = carve.take<float>(tile);
-  float* delta_s = carve.take<float>(tile);
+  const BackwardTiles<D, W, 2> t(shared);
+  W *ks = t.ks, *vs = t.vs, *qs = t.qs, *gs = t.gs, *ps = t.ps, *dss = t.dss;
+  float *ss = t.ss, *dps = t.dps, *dks = t.acc[0], *dvs = t.acc[1], *lse_s = t.lse_s, *delta_s = t.delta_s;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * tile, n = blockIdx.y, b = blockIdx.z;
   const int64_t stride = geo.row_stride(), rows = (b * geo.heads + n) * geo.q_len;
@@ -444,12 +476,6 @@ __global__ void __launch_bounds__(tile_warps * 32)
 #endif
 }
 
-template <int D, class W>
-constexpr int64_t dq_shared_bytes() {
-  return 4 * carved<W>(tile * (D + pad16)) + 2 * carved<float>(tile * (tile + pad32)) +
-         2 * carved<W>(tile * (tile + pad16)) + carved<float>(tile * (D + pad32)) + 2 * carved<float>(tile);
-}
-
 /// dq of one 64-query tile, walking the key tiles it sees.
 template <int D, class W>
 __global__ void __launch_bounds__(tile_warps * 32)
@@ -457,18 +483,9 @@ __global__ void __launch_bounds__(tile_warps * 32)
              AttentionShape geo, W* dq) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) char shared[];
-  Carver carve{shared};
-  W* qs = carve.take<W>(tile * (D + pad16));
-  W* gs = carve.take<W>(tile * (D + pad16));
-  W* ks = carve.take<W>(tile * (D + pad16));
-  W* vs = carve.take<W>(tile * (D + pad16));
-  float* ss = carve.take<float>(tile * (tile + pad32));
-  float* dps = carve.take<float>(tile * (tile + pad32));
-  W* ps = carve.take<W>(tile * (tile + pad16));
-  W* dss = carve.take<W>(tile * (tile + pad16));
-  float* dqs = carve.take<float>(tile * (D + pad32));
-  float* lse_s = carve.take<float>(tile);
-  float* delta_s = carve.take<float>(tile);
+  const BackwardTiles<D, W, 1> t(shared);
+  W *ks = t.ks, *vs = t.vs, *qs = t.qs, *gs = t.gs, *ps = t.ps, *dss = t.dss;
+  float *ss = t.ss, *dps = t.dps, *dqs = t.acc[0], *lse_s = t.lse_s, *delta_s = t.delta_s;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * tile, n = blockIdx.y, b = blockIdx.z;
   const int64_t stride = geo.row_stride(), rows = (b * geo.heads + n) * geo.q_len;
@@ -558,9 +575,9 @@ void attention_forward(const T* q, const T* k, const T* v, const AttentionShape&
       const auto* vw = reinterpret_cast<const W*>(v);
       auto* ow = reinterpret_cast<W*>(o);
       if (geo.head_dim == 64)
-        return launch_tiles<forward_tiles<64, W>>(forward_shared_bytes<64, W>(), geo.q_len, geo, "attention forward_tiles",
+        return launch_tiles<forward_tiles<64, W>>(ForwardTiles<64, W>::bytes(), geo.q_len, geo, "attention forward_tiles",
                             qw, kw, vw, geo, ow, lse);
-      return launch_tiles<forward_tiles<128, W>>(forward_shared_bytes<128, W>(), geo.q_len, geo,
+      return launch_tiles<forward_tiles<128, W>>(ForwardTiles<128, W>::bytes(), geo.q_len, geo,
                           "attention forward_tiles", qw, kw, vw, geo, ow, lse);
     }
   }
@@ -591,14 +608,14 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const C*
       const auto* vw = reinterpret_cast<const W*>(v);
       const auto* gw = reinterpret_cast<const W*>(g);
       if (geo.head_dim == 64) {
-        launch_tiles<dkv_tiles<64, W>>(dkv_shared_bytes<64, W>(), geo.k_len, geo, "attention dkv_tiles", qw, kw, vw,
+        launch_tiles<dkv_tiles<64, W>>(BackwardTiles<64, W, 2>::bytes(), geo.k_len, geo, "attention dkv_tiles", qw, kw, vw,
                      lse, delta, gw, geo, reinterpret_cast<W*>(dk), reinterpret_cast<W*>(dv));
-        return launch_tiles<dq_tiles<64, W>>(dq_shared_bytes<64, W>(), geo.q_len, geo, "attention dq_tiles", qw, kw,
+        return launch_tiles<dq_tiles<64, W>>(BackwardTiles<64, W, 1>::bytes(), geo.q_len, geo, "attention dq_tiles", qw, kw,
                             vw, lse, delta, gw, geo, reinterpret_cast<W*>(dq));
       }
-      launch_tiles<dkv_tiles<128, W>>(dkv_shared_bytes<128, W>(), geo.k_len, geo, "attention dkv_tiles", qw, kw, vw,
+      launch_tiles<dkv_tiles<128, W>>(BackwardTiles<128, W, 2>::bytes(), geo.k_len, geo, "attention dkv_tiles", qw, kw, vw,
                    lse, delta, gw, geo, reinterpret_cast<W*>(dk), reinterpret_cast<W*>(dv));
-      return launch_tiles<dq_tiles<128, W>>(dq_shared_bytes<128, W>(), geo.q_len, geo, "attention dq_tiles", qw, kw,
+      return launch_tiles<dq_tiles<128, W>>(BackwardTiles<128, W, 1>::bytes(), geo.q_len, geo, "attention dq_tiles", qw, kw,
                           vw, lse, delta, gw, geo, reinterpret_cast<W*>(dq));
     }
   }

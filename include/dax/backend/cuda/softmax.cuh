@@ -16,10 +16,33 @@
 
 namespace dax::detail::cuda {
 
+/// The max m of scale * in[j] over j < count and the sum of exp(scale * in[j] - m), a warp's
+/// lanes each taking every 32nd value (an online max and sum), then combined across the warp:
+/// every lane returns the row's (m, s).
+template <class T, class C>
+__device__ inline void warp_max_and_sum(const T* in, int64_t count, C scale, int lane, C& m, C& s) {
+  constexpr C lowest = -std::numeric_limits<C>::infinity();
+  m = lowest, s = 0;
+  for (int64_t j = lane; j < count; j += 32) {
+    const C t = static_cast<C>(in[j]) * scale;
+    if (t > m) {
+      s = s * exp(m - t) + C(1);
+      m = t;
+    } else if (t != lowest) {  // a -inf score (an additive mask) adds nothing; exp(-inf - -inf) is NaN
+      s += exp(t - m);
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const C m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+    const C top = m > m2 ? m : m2;
+    s = (m == lowest ? C(0) : s * exp(m - top)) + (m2 == lowest ? C(0) : s2 * exp(m2 - top));
+    m = top;
+  }
+}
+
 template <class T>
 __global__ void softmax_rows_kernel(const T* x, SoftmaxRows geo, T* y) {
   using C = compute_t<T>;
-  constexpr C lowest = -std::numeric_limits<C>::infinity();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const C scale = static_cast<C>(geo.scale);
   for (int64_t r = grid_first() / 32; r < geo.rows; r += grid_step() / 32) {
@@ -30,22 +53,8 @@ __global__ void softmax_rows_kernel(const T* x, SoftmaxRows geo, T* y) {
       for (int64_t j = lane; j < geo.length; j += 32) out[j] = static_cast<T>(C(1) / static_cast<C>(geo.length));
       continue;
     }
-    C m = lowest, s = 0;  // this lane's running max and sum of exp(t - m)
-    for (int64_t j = lane; j < v; j += 32) {
-      const C t = static_cast<C>(in[j]) * scale;
-      if (t > m) {
-        s = s * exp(m - t) + C(1);
-        m = t;
-      } else if (t != lowest) {  // a -inf score (an additive mask) adds nothing; exp(-inf - -inf) is NaN
-        s += exp(t - m);
-      }
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const C m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
-      const C top = m > m2 ? m : m2;
-      s = (m == lowest ? C(0) : s * exp(m - top)) + (m2 == lowest ? C(0) : s2 * exp(m2 - top));
-      m = top;
-    }
+    C m, s;
+    warp_max_and_sum(in, v, scale, lane, m, s);
     const C inv = C(1) / s;
     for (int64_t j = lane; j < geo.length; j += 32)
       out[j] = j < v ? static_cast<T>(exp(static_cast<C>(in[j]) * scale - m) * inv) : T(0);
@@ -67,32 +76,17 @@ __global__ void softmax_rows_grad_kernel(const T* y, const T* g, SoftmaxRows geo
   }
 }
 
-/// cross_entropy's row statistics, a warp per row: lse = log sum exp(x) (an online max and sum,
-/// as above) and the logit at the row's label (0 outside [0, length)).
+/// cross_entropy's row statistics, a warp per row: lse = log sum exp(x) and the logit at the
+/// row's label (0 outside [0, length)).
 template <class T, class L>
 __global__ void logsumexp_pick_rows_kernel(const T* x, const L* labels, int64_t rows, int64_t length, T* lse,
                                            T* picked) {
   using C = compute_t<T>;
-  constexpr C lowest = -std::numeric_limits<C>::infinity();
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (int64_t r = grid_first() / 32; r < rows; r += grid_step() / 32) {
     const T* in = x + r * length;
-    C m = lowest, s = 0;
-    for (int64_t j = lane; j < length; j += 32) {
-      const C t = static_cast<C>(in[j]);
-      if (t > m) {
-        s = s * exp(m - t) + C(1);
-        m = t;
-      } else if (t != lowest) {
-        s += exp(t - m);
-      }
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const C m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
-      const C top = m > m2 ? m : m2;
-      s = (m == lowest ? C(0) : s * exp(m - top)) + (m2 == lowest ? C(0) : s2 * exp(m2 - top));
-      m = top;
-    }
+    C m, s;
+    warp_max_and_sum(in, length, C(1), lane, m, s);
     if (lane == 0) {
       lse[r] = static_cast<T>(m + log(s));
       const L label = labels[r];
