@@ -522,20 +522,6 @@ __global__ void __launch_bounds__(tile_warps * 32)
 #endif
 }
 
-/// Whether the tensor-core kernels take this call: 16-bit, head_dim 64 or 128, 16-byte aligned.
-template <class T>
-bool takes_tensor_cores(const AttentionShape& geo, std::initializer_list<const void*> pointers) {
-  if constexpr (!is_float16_v<T>) {
-    return false;
-  } else {
-    if (geo.head_dim != 64 && geo.head_dim != 128) return false;
-    if (geo.heads > 65535 || geo.batch > 65535) return false;
-    for (const void* p : pointers)
-      if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-    return true;
-  }
-}
-
 /// Launches `kernel` with `bytes` of dynamic shared memory (above the 48 KB default: opted in once
 /// per kernel), a block per (tile of `rows`, head, batch).
 template <auto kernel, class... Args>
@@ -552,6 +538,31 @@ void launch_tiles(int64_t bytes, int64_t rows, const AttentionShape& geo, const 
   check_launch(name);
 }
 
+/// The tensor-core kernels at head_dim D, on CUDA's own 16-bit type W.
+template <int D, class W>
+void forward_on_tensor_cores(const W* q, const W* k, const W* v, const AttentionShape& geo, W* o, float* lse) {
+  launch_tiles<forward_tiles<D, W>>(ForwardTiles<D, W>::bytes(), geo.q_len, geo, "attention forward_tiles", q, k, v,
+                                    geo, o, lse);
+}
+
+template <int D, class W>
+void backward_on_tensor_cores(const W* q, const W* k, const W* v, const float* lse, const float* delta, const W* g,
+                              const AttentionShape& geo, W* dq, W* dk, W* dv) {
+  launch_tiles<dkv_tiles<D, W>>(BackwardTiles<D, W, 2>::bytes(), geo.k_len, geo, "attention dkv_tiles", q, k, v, lse,
+                                delta, g, geo, dk, dv);
+  launch_tiles<dq_tiles<D, W>>(BackwardTiles<D, W, 1>::bytes(), geo.q_len, geo, "attention dq_tiles", q, k, v, lse,
+                               delta, g, geo, dq);
+}
+
+template <class T>
+const Wmma16<T>* as_wmma(const T* p) {
+  return reinterpret_cast<const Wmma16<T>*>(p);
+}
+template <class T>
+Wmma16<T>* as_wmma(T* p) {
+  return reinterpret_cast<Wmma16<T>*>(p);
+}
+
 }  // namespace attention_kernels
 
 /// Whether attention of this element type and head dimension runs on tensor cores here (else a
@@ -561,28 +572,35 @@ bool fused_attention_is_fast(int64_t head_dim) {
   return is_float16_v<T> && (head_dim == 64 || head_dim == 128);
 }
 
+namespace attention_kernels {
+
+/// Whether the tensor-core kernels take this call: a fast case (above) whose grid fits and whose
+/// operands are 16-byte aligned (the tiles are staged 16 bytes at a time); else a warp per row,
+/// which takes head_dim up to 32 * row_slots.
+template <class T>
+bool takes_tensor_cores(const AttentionShape& geo, std::initializer_list<const void*> pointers) {
+  bool fits = fused_attention_is_fast<T>(geo.head_dim) && geo.heads <= 65535 && geo.batch <= 65535;
+  for (const void* p : pointers) fits = fits && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  if (!fits)
+    DAX_CHECK(geo.head_dim <= 32 * row_slots, "dot_product_attention on the GPU: head_dim up to ", 32 * row_slots,
+              ", got ", geo.head_dim);
+  return fits;
+}
+
+}  // namespace attention_kernels
+
 /// o and lse of attention (backend/attention_shape.hpp). Queued on the stream.
 template <class T, class C>
 void attention_forward(const T* q, const T* k, const T* v, const AttentionShape& geo, T* o, C* lse) {
   using namespace attention_kernels;
   static_assert(std::is_same_v<C, compute_t<T>>, "attention_forward: lse in T's compute type");
   if (geo.batch * geo.heads * geo.q_len == 0) return;
-  if constexpr (is_float16_v<T>) {
-    if (takes_tensor_cores<T>(geo, {q, k, v, o})) {
-      using W = Wmma16<T>;
-      const auto* qw = reinterpret_cast<const W*>(q);
-      const auto* kw = reinterpret_cast<const W*>(k);
-      const auto* vw = reinterpret_cast<const W*>(v);
-      auto* ow = reinterpret_cast<W*>(o);
-      if (geo.head_dim == 64)
-        return launch_tiles<forward_tiles<64, W>>(ForwardTiles<64, W>::bytes(), geo.q_len, geo, "attention forward_tiles",
-                            qw, kw, vw, geo, ow, lse);
-      return launch_tiles<forward_tiles<128, W>>(ForwardTiles<128, W>::bytes(), geo.q_len, geo,
-                          "attention forward_tiles", qw, kw, vw, geo, ow, lse);
+  if (takes_tensor_cores<T>(geo, {q, k, v, o})) {
+    if constexpr (is_float16_v<T>) {
+      if (geo.head_dim == 64) return forward_on_tensor_cores<64>(as_wmma(q), as_wmma(k), as_wmma(v), geo, as_wmma(o), lse);
+      return forward_on_tensor_cores<128>(as_wmma(q), as_wmma(k), as_wmma(v), geo, as_wmma(o), lse);
     }
   }
-  DAX_CHECK(geo.head_dim <= 32 * row_slots, "dot_product_attention on the GPU: head_dim up to ", 32 * row_slots,
-            ", got ", geo.head_dim);
   forward_rows<<<grid_blocks(geo.batch * geo.heads * geo.q_len * 32), block_threads, 0, context().stream()>>>(
       q, k, v, geo, o, lse);
   check_launch("attention forward_rows");
@@ -596,31 +614,20 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const C*
   static_assert(std::is_same_v<C, compute_t<T>>, "attention_backward: lse in T's compute type");
   const int64_t rows = geo.batch * geo.heads * geo.q_len;
   if (rows == 0) return;  // (k_len >= 1 always: dot_product_attention refuses no keys)
+  const bool tensor_cores = takes_tensor_cores<T>(geo, {q, k, v, g, dq, dk, dv});
   const auto scratch = allocate(static_cast<size_t>(rows) * sizeof(C));
   C* delta = static_cast<C*>(scratch->data());
   row_deltas<<<grid_blocks(rows * 32), block_threads, 0, context().stream()>>>(o, g, geo, delta);
   check_launch("attention row_deltas");
-  if constexpr (is_float16_v<T>) {
-    if (takes_tensor_cores<T>(geo, {q, k, v, g, dq, dk, dv})) {
-      using W = Wmma16<T>;
-      const auto* qw = reinterpret_cast<const W*>(q);
-      const auto* kw = reinterpret_cast<const W*>(k);
-      const auto* vw = reinterpret_cast<const W*>(v);
-      const auto* gw = reinterpret_cast<const W*>(g);
-      if (geo.head_dim == 64) {
-        launch_tiles<dkv_tiles<64, W>>(BackwardTiles<64, W, 2>::bytes(), geo.k_len, geo, "attention dkv_tiles", qw, kw, vw,
-                     lse, delta, gw, geo, reinterpret_cast<W*>(dk), reinterpret_cast<W*>(dv));
-        return launch_tiles<dq_tiles<64, W>>(BackwardTiles<64, W, 1>::bytes(), geo.q_len, geo, "attention dq_tiles", qw, kw,
-                            vw, lse, delta, gw, geo, reinterpret_cast<W*>(dq));
-      }
-      launch_tiles<dkv_tiles<128, W>>(BackwardTiles<128, W, 2>::bytes(), geo.k_len, geo, "attention dkv_tiles", qw, kw, vw,
-                   lse, delta, gw, geo, reinterpret_cast<W*>(dk), reinterpret_cast<W*>(dv));
-      return launch_tiles<dq_tiles<128, W>>(BackwardTiles<128, W, 1>::bytes(), geo.q_len, geo, "attention dq_tiles", qw, kw,
-                          vw, lse, delta, gw, geo, reinterpret_cast<W*>(dq));
+  if (tensor_cores) {
+    if constexpr (is_float16_v<T>) {
+      if (geo.head_dim == 64)
+        return backward_on_tensor_cores<64>(as_wmma(q), as_wmma(k), as_wmma(v), lse, delta, as_wmma(g), geo,
+                                            as_wmma(dq), as_wmma(dk), as_wmma(dv));
+      return backward_on_tensor_cores<128>(as_wmma(q), as_wmma(k), as_wmma(v), lse, delta, as_wmma(g), geo,
+                                           as_wmma(dq), as_wmma(dk), as_wmma(dv));
     }
   }
-  DAX_CHECK(geo.head_dim <= 32 * row_slots, "dot_product_attention on the GPU: head_dim up to ", 32 * row_slots,
-            ", got ", geo.head_dim);
   dq_rows<<<grid_blocks(rows * 32), block_threads, 0, context().stream()>>>(q, k, v, lse, delta, g, geo, dq);
   check_launch("attention dq_rows");
   dkv_rows<<<grid_blocks(geo.batch * geo.heads * geo.k_len * 32), block_threads, 0, context().stream()>>>(
