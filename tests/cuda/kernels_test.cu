@@ -23,6 +23,7 @@
 #include <dax/backend/cpu/elementwise.hpp>
 #include <dax/backend/cpu/gather.hpp>
 #include <dax/backend/cpu/gemm.hpp>
+#include <dax/backend/cpu/norm.hpp>
 #include <dax/backend/cpu/reduce.hpp>
 #include <dax/backend/cpu/softmax.hpp>
 #include <dax/backend/cpu/transpose.hpp>
@@ -740,7 +741,7 @@ void test_softmax_rows() {
   check_softmax_rows<float>(0, 16, true, 1, 0, 1, 1.0, 0);  // nothing to do
 }
 
-// ---- fused attention (dot_product_attention) ----
+// ---- fused normalization (layer_norm, rms_norm) ----
 
 /// Within rel of each value plus rel / 10 of the largest (sums of terms of both signs).
 template <class T>
@@ -754,6 +755,55 @@ std::string close_to(const std::vector<T>& got, const std::vector<T>& want, doub
   }
   return difference(got, want_d, tol);
 }
+
+/// The GPU's norm_rows and norm_rows_grad against the CPU's: y, the statistics, dx and g * xhat,
+/// with and without the mean (layer_norm / rms_norm) and beta; dx and gx each also alone.
+template <class T>
+void check_norm_rows(int64_t rows, int64_t length, bool centered, bool with_beta, double rel) {
+  using C = dax::detail::compute_t<T>;
+  const dax::detail::NormRows geo{rows, length, 1e-5, centered};
+  const auto x = random_vector<T>(rows * length), g = random_vector<T>(rows * length);
+  const auto gamma = random_vector<T>(length), beta = random_vector<T>(length);
+  const size_t n = x.size(), r = static_cast<size_t>(rows);
+  std::vector<T> y(n), dx(n), gx(n);
+  std::vector<C> mean(r), rstd(r);
+  cpu::norm_rows(x.data(), gamma.data(), with_beta ? beta.data() : nullptr, geo, y.data(), mean.data(), rstd.data());
+  cpu::norm_rows_grad(x.data(), gamma.data(), mean.data(), rstd.data(), g.data(), geo, dx.data(), gx.data());
+  const auto d_x = upload(x), d_g = upload(g), d_gamma = upload(gamma), d_beta = upload(beta);
+  auto device = [](size_t count) { return DeviceArray<T>{gpu::allocate(std::max<size_t>(count, 1) * sizeof(T)), count}; };
+  auto stats = [](size_t count) { return DeviceArray<C>{gpu::allocate(std::max<size_t>(count, 1) * sizeof(C)), count}; };
+  const auto d_y = device(n), d_dx = device(n), d_gx = device(n), d_dx_alone = device(n), d_gx_alone = device(n);
+  const auto d_mean = stats(r), d_rstd = stats(r);
+  gpu::norm_rows(d_x.data(), d_gamma.data(), with_beta ? d_beta.data() : nullptr, geo, d_y.data(), d_mean.data(),
+                 d_rstd.data());
+  const auto d_cpu_mean = upload(mean), d_cpu_rstd = upload(rstd);  // the backward from the CPU's statistics
+  gpu::norm_rows_grad(d_x.data(), d_gamma.data(), d_cpu_mean.data(), d_cpu_rstd.data(), d_g.data(), geo, d_dx.data(),
+                      d_gx.data());
+  gpu::norm_rows_grad(d_x.data(), d_gamma.data(), d_cpu_mean.data(), d_cpu_rstd.data(), d_g.data(), geo,
+                      d_dx_alone.data(), static_cast<T*>(nullptr));
+  gpu::norm_rows_grad(d_x.data(), d_gamma.data(), d_cpu_mean.data(), d_cpu_rstd.data(), d_g.data(), geo,
+                      static_cast<T*>(nullptr), d_gx_alone.data());
+  const std::string what = cat(type_name<T>(), " ", rows, " rows of ", length, centered ? " layer_norm" : " rms_norm",
+                               with_beta ? " with beta" : "");
+  expect_same("norm_rows y " + what, close_to(download(d_y), y, rel));
+  expect_same("norm_rows mean " + what, close_to(download(d_mean), mean, rel));
+  expect_same("norm_rows rstd " + what, close_to(download(d_rstd), rstd, rel));
+  expect_same("norm_rows_grad dx " + what, close_to(download(d_dx), dx, rel));
+  expect_same("norm_rows_grad g * xhat " + what, close_to(download(d_gx), gx, rel));
+  expect_same("norm_rows_grad dx alone " + what, difference(download(d_dx_alone), download(d_dx)));
+  expect_same("norm_rows_grad g * xhat alone " + what, difference(download(d_gx_alone), download(d_gx)));
+}
+
+void test_norm_rows() {
+  check_norm_rows<float>(37, 768, true, true, 1e-5);        // GPT-2's d_model
+  check_norm_rows<double>(5, 1031, true, true, 1e-12);
+  check_norm_rows<double>(9, 7, false, false, 1e-12);       // rows shorter than a warp, rms_norm
+  check_norm_rows<Eigen::bfloat16>(64, 768, true, true, 1e-2);
+  check_norm_rows<Eigen::half>(3, 300, false, false, 2e-3);
+  check_norm_rows<float>(0, 16, true, false, 0);            // nothing to do
+}
+
+// ---- fused attention (dot_product_attention) ----
 
 /// The GPU's attention forward and backward against the CPU's (backend/cpu/attention.hpp): the
 /// tensor-core kernels for 16-bit types at head_dim 64 and 128 (partial tiles, q_len < k_len,
@@ -906,6 +956,7 @@ int main() {
   run("generate", test_generate);
   run("gather_rows / scatter_add_rows", test_gather);
   run("softmax_rows / softmax_rows_grad", test_softmax_rows);
+  run("norm_rows / norm_rows_grad", test_norm_rows);
   run("attention_forward / attention_backward", test_attention);
   run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });
   run("batched_gemm<double>", [] { test_gemm<double>(1e-12); });

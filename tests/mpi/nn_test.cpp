@@ -231,6 +231,66 @@ TEST_CASE("layer_norm and rms_norm gradients: finite differences, the same on ev
   }
 }
 
+TEST_CASE("layer_norm and rms_norm with the rows whole: one kernel each way, the input kept, not a copy", "[nn]") {
+  const Mesh one({1}, {"x"});
+  if (dax::test::world_rank() != 0) return;  // one device: the bytes of one rank
+  std::mt19937 rng(23);
+  const int64_t rows = 64, d = 96;
+  const NamedSharding r(one, P());
+  const auto x = dax::device_put(uniform(rows * d, rng, -2.0, 2.0), {rows, d}, r);
+  const auto gamma = dax::device_put(uniform(d, rng), {d}, r), beta = dax::device_put(uniform(d, rng), {d}, r);
+  const int64_t output = rows * d * 8, stats = 2 * rows * 8;  // y, and each row's mean and rstd
+  const auto held_and_peak = [&](const auto& f) {
+    dax::reset_peak_memory();
+    const int64_t before = dax::memory_stats().bytes_in_use;
+    auto [y, pullback] = dax::vjp(f, x, gamma, beta);  // y and what the backward keeps, alive
+    return std::pair{dax::memory_stats().bytes_in_use - before, dax::memory_stats().peak_bytes_in_use - before};
+  };
+  const auto [ln_held, ln_peak] = held_and_peak(
+      [](const DistArray<double>& a, const DistArray<double>& g, const DistArray<double>& b) {
+        return dax::layer_norm(a, g, b);
+      });
+  const auto [rms_held, rms_peak] = held_and_peak(
+      [](const DistArray<double>& a, const DistArray<double>& g, const DistArray<double>&) { return dax::rms_norm(a, g); });
+  INFO("layer_norm held " << ln_held << " B (peak " << ln_peak << "), rms_norm " << rms_held << " (" << rms_peak
+                          << "), y " << output << " B, statistics " << stats << " B");
+  // The composite kept a normalized copy of x (another `output`) and made three temporaries of x's size.
+  CHECK(ln_held == output + stats);
+  CHECK(ln_peak == output + stats);
+  CHECK(rms_held == output + stats);  // rms_norm's mean is 0, kept all the same (one layout for both)
+  CHECK(rms_peak == output + stats);
+}
+
+TEST_CASE("layer_norm and rms_norm in bfloat16 and half: statistics in float, against the rounded inputs' norm",
+          "[nn]") {
+  const Mesh line({dax::test::world_size()}, {"x"});
+  std::mt19937 rng(29);
+  const Shape s{dax::test::world_size() * 3 + 1, 200};
+  const int64_t d = s.back();
+  const auto run = [&]<class T>(double tol) {
+    const auto xv = uniform(dax::numel(s), rng, 4.0, 6.0);  // a mean far from 0: a 16-bit mean would lose it
+    const auto gv = uniform(d, rng), bv = uniform(d, rng);
+    auto rounded = [](const std::vector<double>& v) {
+      std::vector<T> out(v.begin(), v.end());
+      return out;
+    };
+    auto back = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+    const auto x = dax::device_put(rounded(xv), s, split_dim(line, 2, 0));
+    const auto gamma = dax::device_put(rounded(gv), {d}, NamedSharding(line, P()));
+    const auto beta = dax::device_put(rounded(bv), {d}, NamedSharding(line, P()));
+    const auto ln = dax::layer_norm(x, gamma, beta).to_host();
+    const auto rms = dax::rms_norm(x, gamma).to_host();
+    const auto ln_want = layer_norm_ref(back(rounded(xv)), d, back(rounded(gv)), back(rounded(bv)), 1e-5);
+    const auto rms_want = rms_norm_ref(back(rounded(xv)), d, back(rounded(gv)), 1e-6);
+    for (size_t i = 0; i < ln_want.size(); ++i) {
+      CHECK(static_cast<double>(ln[i]) == Approx(ln_want[i]).epsilon(tol).margin(tol));
+      CHECK(static_cast<double>(rms[i]) == Approx(rms_want[i]).epsilon(tol).margin(tol));
+    }
+  };
+  run.operator()<dax::bfloat16>(1e-2);
+  run.operator()<dax::half>(2e-3);
+}
+
 TEST_CASE("dropout: Bernoulli's mask whatever the sharding, scaled, with the mask as its gradient", "[nn]") {
   Pick pick(5);
   std::mt19937 rng(12);

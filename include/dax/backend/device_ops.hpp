@@ -23,6 +23,7 @@
 #include <dax/backend/cpu/gemm.hpp>
 #include <dax/backend/cpu/generate.hpp>
 #include <dax/backend/cpu/memory.hpp>
+#include <dax/backend/cpu/norm.hpp>
 #include <dax/backend/cpu/reduce.hpp>
 #include <dax/backend/cpu/softmax.hpp>
 #include <dax/backend/cpu/transpose.hpp>
@@ -164,6 +165,21 @@ void softmax_rows_grad(const T* y, const T* g, const SoftmaxRows& geo, T* dx) {
 template <class T, class L>
 void logsumexp_pick_rows(const T* x, const L* labels, int64_t rows, int64_t length, T* lse, T* picked) {
   DAX_DISPATCH(logsumexp_pick_rows(x, labels, rows, length, lse, picked));
+}
+
+/// y = each row normalized (minus its mean when geo.centered, times its rstd) * gamma (+ beta
+/// when not null), and each row's mean and rstd (backend/norm_rows.hpp).
+template <class T>
+void norm_rows(const T* x, const T* gamma, const T* beta, const NormRows& geo, T* y, compute_t<T>* mean,
+               compute_t<T>* rstd) {
+  DAX_DISPATCH(norm_rows(x, gamma, beta, geo, y, mean, rstd));
+}
+
+/// norm_rows's input cotangent dx and / or g * xhat (either may be null) for the output's cotangent g.
+template <class T>
+void norm_rows_grad(const T* x, const T* gamma, const compute_t<T>* mean, const compute_t<T>* rstd, const T* g,
+                    const NormRows& geo, T* dx, T* gx) {
+  DAX_DISPATCH(norm_rows_grad(x, gamma, mean, rstd, g, geo, dx, gx));
 }
 
 /// o = softmax(scale q k^T) v per batch and head, and each query's log-sum-exp of its scaled

@@ -1,17 +1,21 @@
-// dax::layer_norm and dax::rms_norm over the last dimension, as custom-VJP functions: the forward
-// is a few fused elementwise kernels and two (layer_norm) or one (rms_norm) row reductions; the
-// backward is written by hand (two row means and one fused kernel for the input, sums over the
-// leading dimensions for the scale and shift). With the last dimension split over mesh axes the
-// row reductions are all-reduces over exactly those axes (the reduction rule's), forward and
-// backward; gamma's and beta's gradients are partial sums over the axes splitting the rows,
-// reduced once with the other gradients (DESIGN §6).
+// dax::layer_norm and dax::rms_norm over the last dimension, as custom-VJP functions. Where that
+// dimension is whole on each device (data, FSDP and sequence parallelism: the usual case) each way
+// is one row kernel (backend/norm_rows.hpp: each row's statistics, kept in the compute type for
+// the backward, and its output; the backward's dx from two row sums), and the input itself is
+// saved, not a normalized copy. With the last dimension split over mesh axes the composite runs:
+// a few fused elementwise kernels and two (layer_norm) or one (rms_norm) row reductions, which are
+// all-reduces over exactly those axes (the reduction rule's), forward and backward. Either way
+// gamma's and beta's gradients are partial sums over the axes splitting the rows, reduced once
+// with the other gradients (DESIGN §6).
 #pragma once
 
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include <dax/array/reshard.hpp>
 #include <dax/autodiff/custom_vjp.hpp>
+#include <dax/backend/device_ops.hpp>
 #include <dax/nn/functors.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/reduction.hpp>
@@ -38,6 +42,87 @@ void check_norm_param(const char* op, const char* what, const DistArray<T>& x, c
             ",) (x's last dimension), got ", to_string(p.shape()));
 }
 
+/// Whether x's rows (its last dimension) are whole on each device: the normalizations then run
+/// their fused row kernels.
+template <class T>
+bool rows_whole(const DistArray<T>& x) {
+  return x.sharding().dim_axes(x.ndim() - 1).empty();
+}
+
+/// What the fused normalizations keep for the backward: the (reduced) input, gamma whole on x's
+/// mesh, and each row's mean and rstd (..., 1) in the compute type.
+template <class T>
+struct NormSaved {
+  DistArray<T> x, gamma;
+  DistArray<compute_t<T>> mean, rstd;
+  NormRows geo;
+};
+
+/// The fused forward: y = (x - mean) * rstd * gamma (+ beta, when not null), one row kernel.
+/// gamma and beta are brought whole to x's mesh (an all-gather when FSDP splits them, as the
+/// composite's product would), x's rows stay where they are.
+template <class T>
+std::pair<DistArray<T>, NormSaved<T>> fused_norm_forward(const char* op, const DistArray<T>& input,
+                                                         const DistArray<T>& gamma_in, const DistArray<T>* beta_in,
+                                                         double eps, bool centered) {
+  using C = compute_t<T>;
+  DistArray<T> x = nn_reduced(input, op);
+  const NamedSharding& layout = x.sharding();
+  const NamedSharding whole(layout.mesh(), PartitionSpec());
+  DistArray<T> gamma = operand_to(gamma_in, whole, op);
+  std::optional<DistArray<T>> beta;
+  if (beta_in) beta = operand_to(*beta_in, whole, op);
+  const ProfiledOp profiled(op, x, gamma);
+  Shape stat_shape = x.shape();
+  stat_shape.back() = 1;
+  NormRows geo{0, x.shape().back(), eps, centered};
+  const int rank = Runtime::current().rank();
+  if (!layout.mesh().contains(rank)) {
+    const DistArray<C> none(stat_shape, layout, nullptr);
+    return {DistArray<T>(x.shape(), layout, nullptr), NormSaved<T>{std::move(x), std::move(gamma), none, none, geo}};
+  }
+  geo.rows = numel(layout.device_indices(rank, stat_shape));
+  auto y = dev::allocate(static_cast<size_t>(geo.rows * geo.length) * sizeof(T));
+  auto mean = dev::allocate(static_cast<size_t>(geo.rows) * sizeof(C));
+  auto rstd = dev::allocate(static_cast<size_t>(geo.rows) * sizeof(C));
+  dev::norm_rows(x.local_data().data(), gamma.local_data().data(), beta ? beta->local_data().data() : nullptr, geo,
+                 static_cast<T*>(y->data()), static_cast<C*>(mean->data()), static_cast<C*>(rstd->data()));
+  DistArray<T> out(x.shape(), layout, std::move(y));
+  DistArray<C> mean_array(stat_shape, layout, std::move(mean)), rstd_array(stat_shape, layout, std::move(rstd));
+  return {std::move(out), NormSaved<T>{std::move(x), std::move(gamma), std::move(mean_array), std::move(rstd_array), geo}};
+}
+
+/// The fused backward: dx from one row kernel (when need_x), gamma's gradient as the rows' sum
+/// of g * xhat (the kernel writes g * xhat beside dx) and beta's as the rows' sum of g.
+template <class T>
+std::tuple<std::optional<DistArray<T>>, std::optional<DistArray<T>>, std::optional<DistArray<T>>> fused_norm_backward(
+    const char* op, const NormSaved<T>& s, const DistArray<T>& cotangent, bool need_x, bool need_gamma,
+    bool need_beta) {
+  // dx needs g's true values in x's layout: an unreduced g (a Megatron column-parallel layer's
+  // input gradient) is reduced once here, and nothing else moves.
+  const DistArray<T> g = moved_to(nn_reduced(cotangent, op), s.x.sharding());
+  const ProfiledOp profiled(op, s.x, g);
+  const NamedSharding& layout = s.x.sharding();
+  const Shape param{s.geo.length};
+  std::optional<DistArray<T>> dx, dgamma, dbeta;
+  if (need_x || need_gamma) {
+    std::shared_ptr<Buffer> dx_buffer, gx_buffer;
+    if (layout.mesh().contains(Runtime::current().rank())) {
+      const size_t bytes = static_cast<size_t>(s.geo.rows * s.geo.length) * sizeof(T);
+      if (need_x) dx_buffer = dev::allocate(bytes);
+      if (need_gamma) gx_buffer = dev::allocate(bytes);
+      dev::norm_rows_grad(s.x.local_data().data(), s.gamma.local_data().data(), s.mean.local_data().data(),
+                          s.rstd.local_data().data(), g.local_data().data(), s.geo,
+                          dx_buffer ? static_cast<T*>(dx_buffer->data()) : nullptr,
+                          gx_buffer ? static_cast<T*>(gx_buffer->data()) : nullptr);
+    }
+    if (need_x) dx = DistArray<T>(s.x.shape(), layout, std::move(dx_buffer));
+    if (need_gamma) dgamma = sum_to(DistArray<T>(s.x.shape(), layout, std::move(gx_buffer)), param);
+  }
+  if (need_beta) dbeta = sum_to(g, param);  // partial sums over split rows stay unreduced
+  return {dx, dgamma, dbeta};
+}
+
 }  // namespace detail
 
 /// (x - mean) / sqrt(var + eps) * gamma + beta over the last dimension (biased variance, as
@@ -48,6 +133,17 @@ DistArray<T> layer_norm(const DistArray<T>& x, const DistArray<T>& gamma, const 
                         double eps = 1e-5) {
   detail::check_norm_param("layer_norm", "gamma", x, gamma);
   detail::check_norm_param("layer_norm", "beta", x, beta);
+  if (detail::rows_whole(x)) {
+    const auto fused = custom_vjp(
+        "layer_norm",
+        [eps](const DistArray<T>& input, const DistArray<T>& gamma, const DistArray<T>& beta) {
+          return detail::fused_norm_forward("layer_norm", input, gamma, &beta, eps, true);
+        },
+        [](const detail::NormSaved<T>& saved, const DistArray<T>& g, auto need) {
+          return detail::fused_norm_backward("layer_norm", saved, g, need[0], need[1], need[2]);
+        });
+    return fused(x, gamma, beta);
+  }
   const auto f = custom_vjp(
       "layer_norm",
       [eps](const DistArray<T>& input, const DistArray<T>& gamma, const DistArray<T>& beta) {
@@ -88,6 +184,18 @@ template <class T>
   requires detail::is_floating_v<T>
 DistArray<T> rms_norm(const DistArray<T>& x, const DistArray<T>& gamma, double eps = 1e-6) {
   detail::check_norm_param("rms_norm", "gamma", x, gamma);
+  if (detail::rows_whole(x)) {
+    const auto fused = custom_vjp(
+        "rms_norm",
+        [eps](const DistArray<T>& input, const DistArray<T>& gamma) {
+          return detail::fused_norm_forward<T>("rms_norm", input, gamma, nullptr, eps, false);
+        },
+        [](const detail::NormSaved<T>& saved, const DistArray<T>& g, auto need) {
+          auto [dx, dgamma, dbeta] = detail::fused_norm_backward("rms_norm", saved, g, need[0], need[1], false);
+          return std::tuple{dx, dgamma};
+        });
+    return fused(x, gamma);
+  }
   const auto f = custom_vjp(
       "rms_norm",
       [eps](const DistArray<T>& input, const DistArray<T>& gamma) {

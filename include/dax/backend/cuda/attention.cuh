@@ -26,6 +26,7 @@
 #include <dax/backend/attention_shape.hpp>
 #include <dax/backend/cuda/device.cuh>
 #include <dax/backend/cuda/memory.cuh>
+#include <dax/backend/cuda/warp.cuh>
 #include <dax/core/error.hpp>
 #include <dax/core/float16.hpp>
 
@@ -36,12 +37,6 @@ namespace attention_kernels {
 
 /// Values of a row a lane holds (lane + 32 t for t < this): head_dim up to 256.
 inline constexpr int row_slots = 8;
-
-template <class C>
-__device__ inline C warp_sum(C x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
 
 /// The dot product of a row (this lane's slots in `mine`) with row `other` (head_dim values).
 template <class T, class C>

@@ -12,6 +12,7 @@
 #include <dax/backend/cuda/generate.cuh>
 #include <dax/backend/cuda/layout.cuh>
 #include <dax/backend/cuda/memory.cuh>
+#include <dax/backend/cuda/norm.cuh>
 #include <dax/backend/cuda/reduce.cuh>
 #include <dax/backend/cuda/softmax.cuh>
 #include <dax/backend/cuda/transpose.cuh>
