@@ -3,7 +3,10 @@
 // double; leaves on one mesh cost one all-reduce of one number together.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -20,64 +23,101 @@
 namespace dax {
 namespace detail {
 
-/// This device's share of the sum of squares of `x`, as a scalar unreduced over every mesh axis:
-/// each distinct piece counted once (on the device with replica id 0), so the sum over the mesh is
-/// the whole array's.
+/// On the GPU a leaf's squares are summed a chunk of this many elements at a time, each chunk
+/// into its own slot: the temporary of squares (double) stays 32 MiB however large the leaf.
+inline constexpr int64_t kSquaresChunk = int64_t(1) << 22;
+
+/// The slots of global_norm's buffer a local piece of n elements takes: one a chunk on the GPU,
+/// one on the CPU (its loop reads the elements where they are).
+inline int64_t square_slots(int64_t n) {
+  return dev::on_gpu() ? std::max<int64_t>(1, (n + kSquaresChunk - 1) / kSquaresChunk) : 1;
+}
+
+/// x with its partial sums reduced (collective over x's mesh; x itself when it has none).
 template <class T>
-DistArray<double> sum_of_squares_share(const DistArray<T>& x) {
+DistArray<T> summed_values(const DistArray<T>& x) {
   const NamedSharding& xs = x.sharding();
-  const DistArray<T> r = xs.is_unreduced() ? reshard(x, with_unreduced_axes(xs, x.shape().size(), {})) : x;
-  const Mesh& mesh = xs.mesh();
-  std::vector<int> all(static_cast<size_t>(mesh.num_axes()));
-  std::iota(all.begin(), all.end(), 0);
-  const NamedSharding share = make_sharding(mesh, {}, all);
-  if (!r.is_addressable()) return DistArray<double>({}, share, nullptr);
-  const bool counted = r.sharding().replica_id(Runtime::current().rank()) == 0;
-  auto buffer = dev::allocate(sizeof(double));
-  double* out = static_cast<double*>(buffer->data());
-  const int64_t n = counted ? r.local_size() : 0;
-  if (dev::on_meta()) return DistArray<double>({}, share, std::move(buffer));  // no data to square
+  return xs.is_unreduced() ? reshard(x, with_unreduced_axes(xs, x.shape().size(), {})) : x;
+}
+
+/// This device's share of the sum of squares of x (reduced, addressable) into its
+/// square_slots(x.local_size()) slots: each distinct piece counted once (on the device with
+/// replica id 0; zeros elsewhere), so the sum over the mesh is the whole array's.
+template <class T>
+void sum_of_squares_into(const DistArray<T>& x, double* slots) {
+  const int64_t n = x.local_size(), k = square_slots(n);
+  if (dev::on_meta()) return;  // no data to square
+  if (x.sharding().replica_id(Runtime::current().rank()) != 0) return dev::fill(slots, k, 0.0);
+  const fn::SquareAs<double> square;
   if (!dev::on_gpu()) {
     double sum = 0;
-    const fn::SquareAs<double> square;
-    for (int64_t i = 0; i < n; ++i) sum += square(r.local_data()[static_cast<size_t>(i)]);
-    *out = sum;
-  } else {  // squares into one temporary, folded by the reduction kernel
-    dev::fill(out, 1, 0.0);
-    if (n > 0) {
-      const auto squares = dev::allocate(n * sizeof(double));
-      dev::broadcast_map(static_cast<double*>(squares->data()), Shape{n}, {std::vector<int64_t>{1}},
-                         fn::SquareAs<double>{}, r.local_data().data());
-      dev::reduce_dims(static_cast<const double*>(squares->data()), Shape{n}, {true}, out, fn::Add{});
-    }
+    for (int64_t i = 0; i < n; ++i) sum += square(x.local_data()[static_cast<size_t>(i)]);
+    *slots = sum;
+    return;
   }
-  return DistArray<double>({}, share, std::move(buffer));
+  dev::fill(slots, k, 0.0);  // the reduction adds to what is there
+  if (n == 0) return;
+  const auto squares = dev::allocate(static_cast<size_t>(std::min(n, kSquaresChunk)) * sizeof(double));
+  for (int64_t c = 0; c < k; ++c) {
+    const int64_t first = c * kSquaresChunk, length = std::min(kSquaresChunk, n - first);
+    dev::broadcast_map(static_cast<double*>(squares->data()), Shape{length}, {std::vector<int64_t>{1}}, square,
+                       x.local_data().data() + first);
+    dev::reduce_dims(static_cast<const double*>(squares->data()), Shape{length}, {true}, slots + c, fn::Add{});
+  }
 }
 
 }  // namespace detail
 
 namespace optim {
 
-/// The global L2 norm of every leaf of `tree` together, in double, on every rank. One all-reduce
-/// of 8 bytes per mesh the leaves live on. With leaves on several meshes, a rank sums the leaves
-/// of the meshes it belongs to (leaves it holds no piece of are not visible to it). Collective.
+/// The global L2 norm of every leaf of `tree` together, in double, on every rank. Per mesh the
+/// leaves live on: each leaf's share of the sum of squares written into one slot buffer, one sum
+/// of the slots, and one all-reduce of 8 bytes (before: one scalar add a leaf, 160 kernels of a
+/// GPT-2 step on the GPU). With leaves on several meshes, a rank sums the leaves of the meshes it
+/// belongs to (leaves it holds no piece of are not visible to it). Collective.
 template <Tree T>
 double global_norm(const T& tree) {
-  std::vector<DistArray<double>> shares;  // one per mesh, in first-seen order
+  struct Slots {
+    Mesh mesh;
+    int64_t count = 0, next = 0;
+    std::shared_ptr<detail::Buffer> buffer;
+  };
+  std::vector<Slots> meshes;  // in first-seen order
+  auto slots_of = [&](const Mesh& mesh) -> Slots& {
+    for (Slots& s : meshes)
+      if (s.mesh == mesh) return s;
+    return meshes.emplace_back(Slots{mesh, 0, 0, nullptr});
+  };
   tree_for_each(
       [&](const auto& leaf) {
-        DistArray<double> s = detail::sum_of_squares_share(leaf);
-        for (auto& have : shares)
-          if (have.sharding().mesh() == s.sharding().mesh()) {
-            have = have + s;  // partial sums add exactly, no communication
-            return;
-          }
-        shares.push_back(std::move(s));
+        Slots& s = slots_of(leaf.sharding().mesh());
+        if (leaf.is_addressable()) s.count += detail::square_slots(leaf.local_size());
+      },
+      tree);
+  for (Slots& s : meshes)
+    if (s.count > 0) s.buffer = detail::dev::allocate(static_cast<size_t>(s.count) * sizeof(double));
+  tree_for_each(
+      [&](const auto& leaf) {
+        const auto values = detail::summed_values(leaf);
+        Slots& s = slots_of(leaf.sharding().mesh());
+        if (!values.is_addressable()) return;
+        detail::sum_of_squares_into(values, static_cast<double*>(s.buffer->data()) + s.next);
+        s.next += detail::square_slots(values.local_size());
       },
       tree);
   double total = 0;
-  for (const auto& s : shares) {
-    const DistArray<double> whole = reshard(s, NamedSharding(s.sharding().mesh(), P()));
+  for (const Slots& s : meshes) {
+    std::vector<int> all(static_cast<size_t>(s.mesh.num_axes()));
+    std::iota(all.begin(), all.end(), 0);
+    const NamedSharding share = detail::make_sharding(s.mesh, {}, all);  // a scalar unreduced over every axis
+    std::shared_ptr<detail::Buffer> sum;
+    if (s.buffer) {
+      sum = detail::dev::allocate(sizeof(double));
+      detail::dev::fill(static_cast<double*>(sum->data()), 1, 0.0);  // the reduction adds to what is there
+      detail::dev::reduce_dims(static_cast<const double*>(s.buffer->data()), Shape{s.count}, {true},
+                               static_cast<double*>(sum->data()), detail::fn::Add{});
+    }
+    const DistArray<double> whole = reshard(DistArray<double>({}, share, std::move(sum)), NamedSharding(s.mesh, P()));
     if (whole.is_addressable()) total += whole.local_to_host()[0];
   }
   return std::sqrt(total);
