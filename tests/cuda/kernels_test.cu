@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include <dax/backend/cpu/adamw.hpp>
 #include <dax/backend/cpu/arg_reduce.hpp>
 #include <dax/backend/cpu/attention.hpp>
 #include <dax/backend/cpu/copy.hpp>
@@ -803,6 +804,59 @@ void test_norm_rows() {
   check_norm_rows<float>(0, 16, true, false, 0);            // nothing to do
 }
 
+// ---- AdamW over many tensors ----
+
+/// The GPU's multi-tensor AdamW against the CPU's: more tensors than a launch takes (so two
+/// batches), uneven sizes, an empty one, and one updated in place (outputs = inputs).
+template <class T>
+void check_adamw(double rel) {
+  using C = dax::detail::compute_t<T>;
+  const dax::detail::AdamWCoefficients<C> k{C(0.9), C(0.1), C(0.999), C(0.001), C(0.999), C(0.01), C(1.2), C(1e-8)};
+  const int count = gpu::kAdamWBatch + 5;
+  std::vector<std::vector<T>> p, g, m, v;
+  std::vector<std::vector<T>> cpu_p, cpu_m, cpu_v;
+  std::vector<dax::detail::AdamWTensor<T>> cpu_list, gpu_list;
+  std::vector<DeviceArray<T>> keep;
+  std::vector<std::array<size_t, 3>> out_at;  // where each tensor's outputs are in keep
+  for (int t = 0; t < count; ++t) {
+    const int64_t n = t == 3 ? 0 : uniform(1, 3000);
+    p.push_back(random_vector<T>(n)), g.push_back(random_vector<T>(n)), m.push_back(random_vector<T>(n));
+    v.push_back(random_vector<T>(n));
+    for (auto& x : v.back()) x = static_cast<T>(std::abs(to_double(x)));  // a second moment is >= 0
+  }
+  for (int t = 0; t < count; ++t) {
+    const size_t i = static_cast<size_t>(t), n = p[i].size();
+    cpu_p.push_back(std::vector<T>(n)), cpu_m.push_back(std::vector<T>(n)), cpu_v.push_back(std::vector<T>(n));
+    cpu_list.push_back({p[i].data(), g[i].data(), m[i].data(), v[i].data(), cpu_p[i].data(), cpu_m[i].data(),
+                        cpu_v[i].data(), static_cast<int64_t>(n)});
+    const size_t at = keep.size();
+    keep.push_back(upload(p[i])), keep.push_back(upload(g[i])), keep.push_back(upload(m[i])), keep.push_back(upload(v[i]));
+    const bool in_place = t % 7 == 1;
+    if (!in_place)
+      for (int j = 0; j < 3; ++j) keep.push_back(DeviceArray<T>{gpu::allocate(std::max<size_t>(n, 1) * sizeof(T)), n});
+    out_at.push_back(in_place ? std::array<size_t, 3>{at, at + 2, at + 3} : std::array<size_t, 3>{at + 4, at + 5, at + 6});
+    gpu_list.push_back({keep[at].data(), keep[at + 1].data(), keep[at + 2].data(), keep[at + 3].data(),
+                        keep[out_at.back()[0]].data(), keep[out_at.back()[1]].data(), keep[out_at.back()[2]].data(),
+                        static_cast<int64_t>(n)});
+  }
+  cpu::adamw_update(cpu_list.data(), count, k);
+  gpu::adamw_update(gpu_list.data(), count, k);
+  for (int t = 0; t < count; ++t) {
+    const size_t i = static_cast<size_t>(t);
+    const std::string what = cat(type_name<T>(), " tensor ", t, " of ", count, " (", p[i].size(), " elements",
+                                 t % 7 == 1 ? ", in place)" : ")");
+    expect_same("adamw_update p " + what, close_to(download(keep[out_at[i][0]]), cpu_p[i], rel));
+    expect_same("adamw_update m " + what, close_to(download(keep[out_at[i][1]]), cpu_m[i], rel));
+    expect_same("adamw_update v " + what, close_to(download(keep[out_at[i][2]]), cpu_v[i], rel));
+  }
+}
+
+void test_adamw() {
+  check_adamw<float>(1e-6);
+  check_adamw<double>(1e-14);
+  check_adamw<Eigen::bfloat16>(1e-2);
+}
+
 // ---- fused attention (dot_product_attention) ----
 
 /// The GPU's attention forward and backward against the CPU's (backend/cpu/attention.hpp): the
@@ -957,6 +1011,7 @@ int main() {
   run("gather_rows / scatter_add_rows", test_gather);
   run("softmax_rows / softmax_rows_grad", test_softmax_rows);
   run("norm_rows / norm_rows_grad", test_norm_rows);
+  run("adamw_update", test_adamw);
   run("attention_forward / attention_backward", test_attention);
   run("batched_gemm<float>", [] { test_gemm<float>(1e-5); });
   run("batched_gemm<double>", [] { test_gemm<double>(1e-12); });

@@ -178,6 +178,80 @@ TEST_CASE("AdamW matches torch.optim.AdamW's loop over several steps", "[optim][
   }
 }
 
+TEST_CASE("AdamW's leaves wait for one kernel a group, cut at the same leaf on every rank", "[optim][adamw]") {
+  // Leaves of uneven pieces (7 rows over the world): the group budget counts global sizes, so
+  // every rank runs each leaf's after-step (a collective move in ZeRO) at the same point.
+  const Mesh mesh({world_size()}, {"x"});
+  const NamedSharding rows(mesh, P("x"));
+  const std::vector<int64_t> lengths{7, 3, 20, 5, 9, 1, 30};
+  const int64_t budget = 16 * int64_t(sizeof(float));  // bytes of one new array a group may hold
+  dax::detail::AdamWPending pending(0.9, 0.999, 1 - 0.1 * 0.01, 0.1, 1.0, 1e-8, budget);
+  std::vector<int> done;
+  std::vector<std::vector<float>> want;
+  std::vector<DistArray<float>> outs;
+  std::mt19937 rng(3);
+  int64_t group = 0;
+  size_t flushed_at = 0;  // leaves done when the next group starts, by the global-bytes rule
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    const Shape shape{lengths[k]};
+    const auto pv = random_reals(lengths[k], rng), gv = random_reals(lengths[k], rng);
+    const std::vector<float> pf(pv.begin(), pv.end()), gf(gv.begin(), gv.end());
+    const auto p = dax::device_put(pf, shape, rows), g = dax::device_put(gf, shape, rows);
+    const auto zero = dax::zeros<float>(shape, rows);
+    const auto p_out = dax::detail::new_pieces<float>(rows, shape), m_out = dax::detail::new_pieces<float>(rows, shape),
+               v_out = dax::detail::new_pieces<float>(rows, shape);
+    const int64_t bytes = lengths[k] * int64_t(sizeof(float));
+    if (k > 0 && group + bytes > budget) flushed_at = k, group = 0;
+    group += bytes;
+    pending.add(p, g, zero, zero, p_out, m_out, v_out, [&done, k] { done.push_back(int(k)); });
+    CHECK(done.size() == flushed_at);
+    outs.push_back(p_out);
+    std::vector<float> w(pf.size());  // the first step from zero moments: p decay - lr g / (|g| + eps)
+    for (size_t i = 0; i < w.size(); ++i) {
+      const float m = 0.1f * gf[i], v = 0.001f * gf[i] * gf[i];  // as the kernel rounds them, in float
+      w[i] = pf[i] * (1 - 0.1f * 0.01f) - 0.1f * m / (std::sqrt(v) * 1.0f + 1e-8f);
+    }
+    want.push_back(w);
+  }
+  pending.flush();
+  CHECK(done == std::vector<int>{0, 1, 2, 3, 4, 5, 6});
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const auto got = host(outs[k]);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[k][i]).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("AdamW updates in place what no one else holds, and copies what someone does", "[optim][adamw]") {
+  const Mesh mesh({world_size()}, {"x"});
+  const NamedSharding r(mesh, P()), rows(mesh, P("x"));
+  std::mt19937 rng(9);
+  auto put = [&](const Shape& s, const NamedSharding& where) {
+    const auto v = random_reals(dax::numel(s), rng);
+    return dax::device_put(std::vector<float>(v.begin(), v.end()), s, where);
+  };
+  std::vector<DistArray<float>> params{put({5, 3}, rows), put({7}, r)};
+  const std::vector<DistArray<float>> grads{put({5, 3}, rows), put({7}, r)};
+  dax::optim::AdamW opt(params, {.lr = 0.1});
+  opt.step(params, grads);  // the moments shared one zero buffer: new arrays
+  // A copy of the parameters and a state() keep their values through the next step.
+  const std::vector<DistArray<float>> kept = params;
+  const auto state = opt.state();
+  const auto kept_values = host(kept[0]), mu_values = host(state.mu[0]);
+  opt.step(params, grads);
+  CHECK(host(kept[0]) == kept_values);
+  CHECK(host(state.mu[0]) == mu_values);
+  CHECK(host(params[0]) != kept_values);
+  // Held by no one else, the parameters and moments take the new values where they are: the step
+  // allocates nothing (the gradients are in the state's layout already).
+  dax::reset_peak_memory();
+  const int64_t before = dax::memory_stats().bytes_in_use;
+  const float* where = params[0].local_data().data();
+  opt.step(params, grads);
+  CHECK(dax::memory_stats().peak_bytes_in_use == before);
+  CHECK(params[0].local_data().data() == where);
+  CHECK(params[0].sharding() == rows);
+}
+
 TEST_CASE("ZeRO-1: replicated parameters, state sharded over an axis", "[optim][zero]") {
   const int n = world_size();
   const Mesh mesh({n}, {"x"});

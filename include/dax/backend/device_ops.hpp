@@ -11,9 +11,11 @@
 #include <type_traits>
 #include <vector>
 
+#include <dax/backend/adamw_update.hpp>
 #include <dax/backend/buffer.hpp>
 #include <dax/backend/choice.hpp>
 #include <dax/backend/attention_shape.hpp>
+#include <dax/backend/cpu/adamw.hpp>
 #include <dax/backend/cpu/arg_reduce.hpp>
 #include <dax/backend/cpu/attention.hpp>
 #include <dax/backend/copy_mode.hpp>
@@ -180,6 +182,13 @@ template <class T>
 void norm_rows_grad(const T* x, const T* gamma, const compute_t<T>* mean, const compute_t<T>* rstd, const T* g,
                     const NormRows& geo, T* dx, T* gx) {
   DAX_DISPATCH(norm_rows_grad(x, gamma, mean, rstd, g, geo, dx, gx));
+}
+
+/// One AdamW update of `count` tensors (backend/adamw_update.hpp), as few kernels as the backend
+/// can launch them in.
+template <class T, class C>
+void adamw_update(const AdamWTensor<T>* tensors, int64_t count, const AdamWCoefficients<C>& k) {
+  DAX_DISPATCH(adamw_update(tensors, count, k));
 }
 
 /// o = softmax(scale q k^T) v per batch and head, and each query's log-sum-exp of its scaled

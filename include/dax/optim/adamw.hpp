@@ -9,7 +9,7 @@
 
 #include <dax/autodiff/label_memory.hpp>
 #include <dax/autodiff/tree.hpp>
-#include <dax/optim/functors.hpp>
+#include <dax/optim/adamw_pending.hpp>
 #include <dax/optim/leaf_update.hpp>
 #include <dax/optim/schedule.hpp>
 #include <dax/optim/sharding.hpp>
@@ -77,23 +77,28 @@ class AdamW {
     const int64_t t = count_ + 1;
     const double bc1 = 1 - std::pow(options_.b1, static_cast<double>(t));
     const double bc2 = 1 - std::pow(options_.b2, static_cast<double>(t));
+    detail::AdamWPending pending(options_.b1, options_.b2, 1 - lr * options_.weight_decay, lr / bc1,
+                                 1 / std::sqrt(bc2), options_.eps);
     size_t i = 0;
     tree_for_each_with_path(
         [&](const std::string& path, auto& p, const auto& g, auto& m, auto& v) {
           using T = typename std::remove_cvref_t<decltype(p)>::value_type;
-          using C = detail::compute_t<T>;
           detail::check_gradient("AdamW.step", path, p, g);
           const detail::OptimLeaf& leaf = leaves_[i++];
           const NamedSharding& s = leaf.state;
           const DistArray<T> gs = detail::gradient_in_state_layout(leaf, g);
-          const DistArray<T> ps = detail::moved_to(p, s);
-          m = detail::map_pieces<T>(detail::fn::AdamMoment1<C>{C(options_.b1), C(1 - options_.b1)}, s, p.shape(), m, gs);
-          v = detail::map_pieces<T>(detail::fn::AdamMoment2<C>{C(options_.b2), C(1 - options_.b2)}, s, p.shape(), v, gs);
-          const detail::fn::AdamWParam<C> update{C(1 - lr * options_.weight_decay), C(lr / bc1), C(1 / std::sqrt(bc2)),
-                                                 C(options_.eps)};
-          p = detail::moved_to(detail::map_pieces<T>(update, s, p.shape(), ps, m, v), p.sharding());
+          const NamedSharding own = p.sharding();
+          DistArray<T> ps = detail::moved_to(p, s);
+          // The parameter's handle lets go of its buffer until the update is back (nothing reads
+          // it before): if no one else holds it, it takes the new values in place.
+          if (ps.buffer() == p.buffer()) p = DistArray<T>(p.shape(), own, nullptr);
+          const DistArray<T> p_new = detail::updated_in(ps), m_new = detail::updated_in(m), v_new = detail::updated_in(v);
+          pending.add(ps, gs, m, v, p_new, m_new, v_new, [&p, p_new, own] { p = detail::moved_to(p_new, own); });
+          m = m_new;
+          v = v_new;
         },
         params, grads, mu_, nu_);
+    pending.flush();
     ++count_;
     label_memory(params, "parameters");  // what the update allocated, counted as what it is
     label();

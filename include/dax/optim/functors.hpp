@@ -1,5 +1,6 @@
 // The optimizers' per-element updates as DAX_HOST_DEVICE function objects (ops/functors.hpp's
-// style), so one broadcast_map kernel runs each on CPU and GPU. Coefficients are computed once
+// style), so one broadcast_map kernel runs each on CPU and GPU (AdamW's, all three new values in
+// one kernel over many tensors, is backend/adamw_update.hpp's). Coefficients are computed once
 // per step on the host, in double, and arrive in the compute type C (float for 16-bit elements).
 #pragma once
 
@@ -9,39 +10,6 @@
 #include <dax/core/macros.hpp>
 
 namespace dax::detail::fn {
-
-/// Adam's first moment: b1 m + (1 - b1) g.
-template <class C>
-struct AdamMoment1 {
-  C b1, one_minus_b1;
-  template <class T>
-  DAX_HOST_DEVICE T operator()(T m, T g) const {
-    return static_cast<T>(b1 * static_cast<C>(m) + one_minus_b1 * static_cast<C>(g));
-  }
-};
-
-/// Adam's second moment: b2 v + (1 - b2) g².
-template <class C>
-struct AdamMoment2 {
-  C b2, one_minus_b2;
-  template <class T>
-  DAX_HOST_DEVICE T operator()(T v, T g) const {
-    const C x = static_cast<C>(g);
-    return static_cast<T>(b2 * static_cast<C>(v) + one_minus_b2 * x * x);
-  }
-};
-
-/// AdamW's parameter update from the new moments (PyTorch's order):
-/// p (1 - lr wd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps).
-template <class C>
-struct AdamWParam {
-  C decay, step_size, inv_sqrt_bc2, eps;
-  template <class T>
-  DAX_HOST_DEVICE T operator()(T p, T m, T v) const {
-    const C denom = std::sqrt(static_cast<C>(v)) * inv_sqrt_bc2 + eps;
-    return static_cast<T>(static_cast<C>(p) * decay - step_size * static_cast<C>(m) / denom);
-  }
-};
 
 /// SGD without momentum: p - lr (g + wd p).
 template <class C>

@@ -2,6 +2,7 @@
 // only by code that nvcc compiles (a g++ build never sees backend/cuda).
 #pragma once
 
+#include <dax/backend/cuda/adamw.cuh>
 #include <dax/backend/cuda/arg_reduce.cuh>
 #include <dax/backend/cuda/attention.cuh>
 #include <dax/backend/cuda/copy.cuh>
