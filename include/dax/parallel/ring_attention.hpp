@@ -17,18 +17,21 @@
 //
 // The next k and v blocks are passed on (ppermute_start) while the blocks at hand are computed,
 // and waited for after them (RingAttention::overlap): the exchange hides behind the compute where
-// a block's compute takes longer than its transfer. (The accumulators of the recomputing
-// backward's dk and dv are needed at the next step, so they move blocking.)
+// a block's compute takes longer than its transfer.
 //
-// Written in shard_map with dax ops. Two backwards (RingAttention::recompute):
-// - recompute (the default, as flash attention and ring-flash-attention do): the forward keeps only
-//   each query's output and lse; the backward sends k, v and their gradients' accumulators around
-//   the ring once more and recomputes each block's probabilities. Each block is one fused
-//   attention kernel each way (nn/attention.hpp), so no block's scores are ever in memory. Bytes per call, per device, in blocks of k: 2(c-1) forward, 2(c-1) + 2c backward (the
+// Each block is one fused attention kernel each way (nn/attention.hpp): its output and its
+// queries' log-sum-exp (lse) forward, no block's scores ever in memory; outputs are combined in
+// the compute type (float for bfloat16 / half, whose k and v travel in their own 2 bytes). The
+// backward of each block runs against the whole output and lse (as flash attention's tiles), and
+// comes in two kinds (RingAttention::recompute):
+// - recompute (the default, as ring-flash-attention): the forward keeps only each query's output
+//   and lse; the backward sends k, v and their gradients' accumulators around the ring once more.
+//   Bytes per call, per device, in blocks of k: 2(c-1) forward, 2(c-1) + 2c backward (the
 //   accumulators take one more step home).
-// - the tape's: every block's scores and probabilities are kept for the backward, which sends the
-//   cotangents of k and v back around the ring (ppermute's transpose): 2(c-1) blocks each way, and
-//   about 1/c of the unsplit attention's memory plus every k / v block.
+// - kept blocks (what ring_attention_shard, the body inside a caller's shard_map, runs): the
+//   forward keeps the k and v chunks it met; the backward computes each one's gradient where it
+//   was met and sends the accumulators back around the ring: 2(c-1) blocks each way, and every
+//   k / v block in memory (1/c of the unsplit k and v, c times).
 #pragma once
 
 #include <dax/core/compiled_mode.hpp>
@@ -42,13 +45,13 @@
 #include <utility>
 #include <vector>
 
+#include <dax/array/creation.hpp>
 #include <dax/autodiff/custom_vjp.hpp>
 #include <dax/core/error.hpp>
 #include <dax/core/float16.hpp>
 #include <dax/manual/collectives.hpp>
 #include <dax/manual/shard_map.hpp>
 #include <dax/nn/attention.hpp>
-#include <dax/ops/einsum.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/join.hpp>
 #include <dax/ops/reduction.hpp>
@@ -72,48 +75,36 @@ inline std::vector<int64_t> zigzag_order(int64_t length, int devices) {
 
 namespace detail {
 
-/// Attention of the query block q (b, n, h, e) to one key / value block (b, m, h, e): its output
-/// normalised by its own softmax (b, h, n, e) and the log of that softmax's sum (b, h, n, 1). With a
-/// `mask` (RingBlocks::diagonal_mask: the same chunk on both sides), query t sees keys up to t only.
-template <class T>
-std::pair<DistArray<T>, DistArray<T>> attend_block(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
-                                                   double scale, const DistArray<T>* mask) {
-  DistArray<T> scores = einsum("bqhe,bkhe->bhqk", q, k) * T(scale);
-  if (mask) scores = scores + *mask;
-  const DistArray<T> m = stop_gradient(max(scores, {3}, true));  // its gradient terms cancel exactly
-  const DistArray<T> p = exp(scores - m);
-  const DistArray<T> l = sum(p, {3}, true);
-  return {einsum("bhqk,bkhe->bhqe", p, v) / l, m + log(l)};
-}
+using dax::detail::compute_t;
 
-/// The type a block's scores, softmax statistics and output are computed in: float for the 16-bit
-/// types (as flash attention accumulates bf16 / fp16 inputs in fp32), else T itself.
-template <class T>
-using RingScores = std::conditional_t<dax::detail::is_float16_v<T>, float, T>;
-
-/// x in the scores' type S (itself when it is already; a local cast, no communication).
+/// x as element type S (itself when it already is; a local cast, no communication).
 template <class S, class T>
-DistArray<S> as_scores(const DistArray<T>& x) {
+DistArray<S> in_type(const DistArray<T>& x) {
   if constexpr (std::is_same_v<S, T>) return x;
   else return astype<S>(x);
 }
 
-/// This device's place in the ring, shared by the three ring bodies below: c devices, this one's
+/// The k and v chunks a device met at each step of the ring, kept for the backward: [step][part],
+/// empty where the part met no query chunk.
+template <class T>
+using KeptBlocks = std::vector<std::vector<std::optional<std::pair<DistArray<T>, DistArray<T>>>>>;
+
+/// This device's place in the ring, shared by the ring's bodies below: c devices, this one's
 /// index, its query chunks (two in zigzag order when causal, one whole block otherwise), which
-/// block pairs meet at each step, and the permutation that passes k and v on to the next device.
-/// k and v travel in T; the causal mask is in the scores' type S.
-template <class T, class S = T>
+/// block pairs meet at each step, and the permutations that pass blocks on around the ring.
+template <class T>
 class RingBlocks {
  public:
   RingBlocks(const Shape& shape, const std::string& axis, bool causal, bool overlap = true)
       : c(axis_size(axis)), me(axis_index(axis)), parts(causal ? 2 : 1), len(shape[1] / parts), shape_(shape),
         causal_(causal), overlap_(overlap) {
     for (int d = 0; d < c; ++d) ring.push_back({d, (d + 1) % c});  // each device passes on to the next
+    for (int d = 0; d < c; ++d) back.push_back({d, (d + c - 1) % c});  // and back
   }
 
   const int c, me, parts;
   const int64_t len;  // tokens in one chunk
-  std::vector<std::pair<int, int>> ring;
+  std::vector<std::pair<int, int>> ring, back;
 
   /// Whose k and v are here at `step`.
   int from(int step) const { return (me - step + c) % c; }
@@ -123,18 +114,6 @@ class RingBlocks {
   bool meets(int a, int device, int b) const { return !causal_ || chunk_of(device, b) <= chunk_of(me, a); }
   /// Whether they meet on the diagonal (the same chunk: causal within the block).
   bool diagonal(int a, int device, int b) const { return causal_ && chunk_of(device, b) == chunk_of(me, a); }
-  /// The causal mask where they meet on the diagonal (null elsewhere): one (len, len) array for
-  /// the whole call, built on its first use.
-  const DistArray<S>* mask(int a, int device, int b) {
-    if (!diagonal(a, device, b)) return nullptr;
-    if (!mask_) {
-      std::vector<S> host(static_cast<size_t>(len * len), S(0));
-      for (int64_t r = 0; r < len; ++r)
-        for (int64_t col = r + 1; col < len; ++col) host[static_cast<size_t>(r * len + col)] = S(-1e30);
-      mask_ = device_put(host, Shape{len, len}, local_sharding());
-    }
-    return &*mask_;
-  }
   /// Walks k and v (b, n, h, e) around the ring: at each step, visit(a, b, from, k_b, v_b) for every
   /// query chunk a of this device and chunk b of the visiting block (from `from`) that meet; then k
   /// and v move on to the next device (but after the last step) and after_step() runs. With
@@ -157,62 +136,31 @@ class RingBlocks {
       after_step();
     }
   }
-  template <class Visit>
-  void walk(const DistArray<T>& k, const DistArray<T>& v, const std::string& axis, Visit&& visit) {
-    walk(k, v, axis, std::forward<Visit>(visit), [] {});
-  }
 
   /// Chunk `part` along the sequence: dim 1 of (b, n, h, e).
   DistArray<T> cut(const DistArray<T>& x, int part) const {
     return parts == 1 ? x : slice(x, {0, part * len}, {shape_[0], (part + 1) * len});
   }
   /// Chunk `part` along the queries: dim 2 of a (b, h, n) row statistic.
-  DistArray<T> cut_rows(const DistArray<T>& x, int part) const {
+  template <class S>
+  DistArray<S> cut_rows(const DistArray<S>& x, int part) const {
     return parts == 1 ? x : slice(x, {0, 0, part * len}, {shape_[0], shape_[2], (part + 1) * len});
   }
   /// The chunks joined along the sequence again.
-  DistArray<T> joined(const std::vector<DistArray<T>>& xs, int64_t dim = 1) const {
+  template <class S>
+  DistArray<S> joined(const std::vector<DistArray<S>>& xs, int64_t dim = 1) const {
     return parts == 1 ? xs[0] : concatenate(xs, dim);
+  }
+  /// Zeros of one chunk's shape (b, len, h, e).
+  template <class S>
+  DistArray<S> zero_chunk() const {
+    return zeros<S>(Shape{shape_[0], len, shape_[2], shape_[3]}, local_sharding());
   }
 
  private:
   Shape shape_;
   bool causal_, overlap_;
-  std::optional<DistArray<S>> mask_;
 };
-
-/// Blocks' outputs (b, h, n, e) and their lse (b, h, n, 1) combined into one softmax over all
-/// their keys.
-template <class T>
-DistArray<T> combine_blocks(const std::vector<DistArray<T>>& outs, const std::vector<DistArray<T>>& lses) {
-  if (outs.size() == 1) return outs[0];
-  const DistArray<T> total = logsumexp(stack(lses), {0});
-  DistArray<T> o = outs[0] * exp(lses[0] - total);
-  for (size_t j = 1; j < outs.size(); ++j) o = o + outs[j] * exp(lses[j] - total);
-  return o;
-}
-
-/// The body of ring_attention on this device's blocks (b, n, h, e). k and v travel in T; with a
-/// 16-bit T each block's scores, softmax statistics and output are computed in float and the
-/// combined output converted back.
-template <class T>
-DistArray<T> ring_attention_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v, const std::string& axis,
-                                  bool causal, double scale, bool overlap = true) {
-  using S = RingScores<T>;
-  RingBlocks<T, S> r(q.shape(), axis, causal, overlap);
-  std::vector<DistArray<S>> q_parts;
-  for (int a = 0; a < r.parts; ++a) q_parts.push_back(as_scores<S>(r.cut(q, a)));
-  std::vector<std::vector<DistArray<S>>> outs(size_t(r.parts)), lses(size_t(r.parts));
-  r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
-    auto [o, lse] = attend_block(q_parts[size_t(a)], as_scores<S>(kb), as_scores<S>(vb), scale, r.mask(a, from, b));
-    outs[size_t(a)].push_back(std::move(o));
-    lses[size_t(a)].push_back(std::move(lse));
-  });
-  std::vector<DistArray<T>> parts_out;
-  for (int a = 0; a < r.parts; ++a)
-    parts_out.push_back(as_scores<T>(transpose(combine_blocks(outs[size_t(a)], lses[size_t(a)]), {0, 2, 1, 3})));
-  return r.joined(parts_out);
-}
 
 /// A (b, h, n) row statistic as a (b, n, h, 1) factor of outputs laid out (b, n, h, e).
 template <class T>
@@ -220,68 +168,81 @@ DistArray<T> per_row(const DistArray<T>& x) {
   return expand_dims(transpose(x, {0, 2, 1}), 3);
 }
 
-/// The recomputing forward on this device's blocks (b, n, h, e): its queries' outputs and, per
-/// query, the log of its softmax's sum over every key (b, h, n). Each block is one fused attention
-/// kernel (nn/attention.hpp: its output and lse, no scores in memory; causal on the diagonal), and
-/// blocks are combined as they come.
+/// The forward on this device's blocks (b, n, h, e): its queries' outputs and, per query, the log
+/// of its softmax's sum over every key (b, h, n), in the compute type. Each block is one fused
+/// attention kernel (its output and lse; causal on the diagonal), and blocks are combined as they
+/// come, in the compute type. With `kept`, the k and v chunks met are kept there for the backward.
 template <class T>
-std::tuple<DistArray<T>, DistArray<T>> ring_forward_block(const DistArray<T>& q, DistArray<T> k, DistArray<T> v,
-                                                          const std::string& axis, bool causal, double scale,
-                                                          bool overlap = true) {
+std::tuple<DistArray<T>, DistArray<compute_t<T>>> ring_forward_block(const DistArray<T>& q, DistArray<T> k,
+                                                                     DistArray<T> v, const std::string& axis,
+                                                                     bool causal, double scale, bool overlap = true,
+                                                                     KeptBlocks<T>* kept = nullptr) {
+  using C = compute_t<T>;
   RingBlocks<T> r(q.shape(), axis, causal, overlap);
-  std::vector<std::optional<DistArray<T>>> outs(size_t(r.parts)), lses(size_t(r.parts));
-  r.walk(k, v, axis, [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
+  if (kept) kept->assign(size_t(r.c), std::vector<std::optional<std::pair<DistArray<T>, DistArray<T>>>>(size_t(r.parts)));
+  std::vector<std::optional<DistArray<C>>> outs(size_t(r.parts)), lses(size_t(r.parts));
+  int step = 0;
+  auto visit = [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
     auto [o, saved] = dax::detail::fused_attention_forward(r.cut(q, a), kb, vb, scale, r.diagonal(a, from, b));
-    const DistArray<T>& lse = saved.lse;
+    if (kept) (*kept)[size_t(step)][size_t(b)] = std::pair{kb, vb};
+    const DistArray<C>& lse = saved.lse;
     auto& out = outs[size_t(a)];
     auto& total = lses[size_t(a)];
     if (!out) {
-      out = std::move(o), total = lse;
+      out = in_type<C>(o), total = lse;
     } else {  // log(e^x + e^y) = m + log(e^(x-m) + e^(y-m)), m = max(x, y)
-      const DistArray<T> m = maximum(*total, lse);
-      const DistArray<T> both = m + log(exp(*total - m) + exp(lse - m));
-      out = *out * per_row(exp(*total - both)) + o * per_row(exp(lse - both));
+      const DistArray<C> m = maximum(*total, lse);
+      const DistArray<C> both = m + log(exp(*total - m) + exp(lse - m));
+      out = *out * per_row(exp(*total - both)) + in_type<C>(o) * per_row(exp(lse - both));
       total = both;
     }
-  });
-  std::vector<DistArray<T>> o_parts, lse_parts;
+  };
+  r.walk(k, v, axis, visit, [&] { ++step; });
+  std::vector<DistArray<T>> o_parts;
+  std::vector<DistArray<C>> lse_parts;
   for (int a = 0; a < r.parts; ++a) {
-    o_parts.push_back(*outs[size_t(a)]);
+    o_parts.push_back(in_type<T>(*outs[size_t(a)]));
     lse_parts.push_back(*lses[size_t(a)]);
   }
   return {r.joined(o_parts), r.joined(lse_parts, 2)};
 }
 
+/// The gradients of one query chunk a against one key chunk (k_b, v_b) met on `from`'s block: the
+/// fused attention backward against the whole output and lse (nn/attention.hpp: P = exp(S - lse),
+/// dV_b = P^T dO, dS = P (dO V_b^T - rowsum(dO O)), dQ_a = dS K_b scale, dK_b = dS^T Q_a scale).
+template <class T>
+std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_block_grads(const RingBlocks<T>& r, int a, int b, int from,
+                                                                      const DistArray<T>& q, const DistArray<T>& kb,
+                                                                      const DistArray<T>& vb, const DistArray<T>& out,
+                                                                      const DistArray<compute_t<T>>& lse,
+                                                                      const DistArray<T>& g, double scale) {
+  const dax::detail::AttentionSaved<T> block{r.cut(q, a), kb, vb, r.cut(out, a), r.cut_rows(lse, a), scale,
+                                              r.diagonal(a, from, b)};
+  return dax::detail::fused_attention_backward(block, r.cut(g, a));
+}
+
 /// The recomputing backward on this device's blocks: q, k, v, the output and the cotangent g
-/// (b, n, h, e), lse (b, h, n). For each query block a and key block b (as the forward pairs
-/// them), the fused attention backward against the whole output and lse (nn/attention.hpp:
-/// P = exp(S - lse), dV_b += P^T dO, dS = P (dO V_b^T - rowsum(dO O)), dQ_a += dS K_b scale,
-/// dK_b += dS^T Q_a scale). dQ stays here; dK and dV travel with k and v and come home at the end.
+/// (b, n, h, e), lse (b, h, n). k and v go around the ring again, each met pair's gradients from
+/// ring_block_grads; dQ is summed here (in the compute type), dK and dV travel with k and v (in
+/// T) and come home at the end.
 template <class T>
 std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const DistArray<T>& q, DistArray<T> k,
                                                                          DistArray<T> v, const DistArray<T>& out,
-                                                                         const DistArray<T>& lse, const DistArray<T>& g,
-                                                                         const std::string& axis, bool causal,
-                                                                         double scale, bool overlap = true) {
+                                                                         const DistArray<compute_t<T>>& lse,
+                                                                         const DistArray<T>& g, const std::string& axis,
+                                                                         bool causal, double scale, bool overlap = true) {
+  using C = compute_t<T>;
   RingBlocks<T> r(q.shape(), axis, causal, overlap);
-  const Shape s = q.shape();
-  const Shape part_shape{s[0], r.len, s[2], s[3]};
-  std::vector<DistArray<T>> dq, dk, dv;
-  std::vector<DistArray<T>> q_parts, g_parts, o_parts, lse_parts;
+  std::vector<DistArray<C>> dq;
+  std::vector<DistArray<T>> dk, dv;
   for (int a = 0; a < r.parts; ++a) {
-    dq.push_back(zeros<T>(part_shape, local_sharding()));
-    dk.push_back(zeros<T>(part_shape, local_sharding()));
-    dv.push_back(zeros<T>(part_shape, local_sharding()));
-    q_parts.push_back(r.cut(q, a));
-    g_parts.push_back(r.cut(g, a));
-    o_parts.push_back(r.cut(out, a));
-    lse_parts.push_back(r.cut_rows(lse, a));
+    dq.push_back(r.template zero_chunk<C>());
+    dk.push_back(r.template zero_chunk<T>());
+    dv.push_back(r.template zero_chunk<T>());
   }
   auto visit = [&](int a, int b, int from, const DistArray<T>& kp, const DistArray<T>& vp) {
-    const dax::detail::AttentionSaved<T> block{q_parts[size_t(a)], kp, vp, o_parts[size_t(a)], lse_parts[size_t(a)],
-                                               scale, r.diagonal(a, from, b)};
-    auto [dq_ab, dk_ab, dv_ab] = dax::detail::fused_attention_backward(block, g_parts[size_t(a)]);
-    dq[size_t(a)] = dq[size_t(a)] + dq_ab;
+    auto [dq_ab, dk_ab, dv_ab] = ring_block_grads(r, a, b, from, q, kp, vp, out, lse, g, scale);
+    dq[size_t(a)] = dq[size_t(a)] + in_type<C>(dq_ab);
     dk[size_t(b)] = dk[size_t(b)] + dk_ab;
     dv[size_t(b)] = dv[size_t(b)] + dv_ab;
   };
@@ -292,17 +253,79 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
     const DistArray<T> dk_on = ppermute(r.joined(dk), axis, r.ring), dv_on = ppermute(r.joined(dv), axis, r.ring);
     for (int b = 0; b < r.parts; ++b) dk[size_t(b)] = r.cut(dk_on, b), dv[size_t(b)] = r.cut(dv_on, b);
   });
-  return {r.joined(dq), r.joined(dk), r.joined(dv)};
+  return {in_type<T>(r.joined(dq)), r.joined(dk), r.joined(dv)};
+}
+
+/// The kept-blocks backward: each k / v chunk's gradient where the forward met it (from `kept`),
+/// the accumulators of dK and dV sent back around the ring, c-1 steps: the device that met a block
+/// last starts its accumulator, each device before it on the way home adds its own part. dQ is
+/// summed here, in the compute type.
+template <class T>
+std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_kept(const DistArray<T>& q, const KeptBlocks<T>& kept,
+                                                                        const DistArray<T>& out,
+                                                                        const DistArray<compute_t<T>>& lse,
+                                                                        const DistArray<T>& g, const std::string& axis,
+                                                                        bool causal, double scale) {
+  using C = compute_t<T>;
+  RingBlocks<T> r(q.shape(), axis, causal);
+  std::vector<DistArray<C>> dq;
+  for (int a = 0; a < r.parts; ++a) dq.push_back(r.template zero_chunk<C>());
+  std::optional<DistArray<T>> dk_home, dv_home;  // the accumulators of the block met at `step`
+  for (int step = r.c - 1; step >= 0; --step) {
+    if (dk_home) dk_home = ppermute(*dk_home, axis, r.back), dv_home = ppermute(*dv_home, axis, r.back);
+    const int device = r.from(step);
+    std::vector<DistArray<T>> dk, dv;
+    for (int b = 0; b < r.parts; ++b) dk.push_back(r.template zero_chunk<T>()), dv.push_back(r.template zero_chunk<T>());
+    for (int a = 0; a < r.parts; ++a)
+      for (int b = 0; b < r.parts; ++b) {
+        if (!r.meets(a, device, b)) continue;
+        const auto& [kb, vb] = *kept[size_t(step)][size_t(b)];
+        auto [dq_ab, dk_ab, dv_ab] = ring_block_grads(r, a, b, device, q, kb, vb, out, lse, g, scale);
+        dq[size_t(a)] = dq[size_t(a)] + in_type<C>(dq_ab);
+        dk[size_t(b)] = dk[size_t(b)] + dk_ab;
+        dv[size_t(b)] = dv[size_t(b)] + dv_ab;
+      }
+    const DistArray<T> dk_step = r.joined(dk), dv_step = r.joined(dv);
+    dk_home = dk_home ? *dk_home + dk_step : dk_step;
+    dv_home = dv_home ? *dv_home + dv_step : dv_step;
+  }
+  return {in_type<T>(r.joined(dq)), *dk_home, *dv_home};
+}
+
+/// What the kept-blocks ring keeps for its backward.
+template <class T>
+struct RingKept {
+  DistArray<T> q, out;
+  DistArray<compute_t<T>> lse;
+  KeptBlocks<T> kept;
+};
+
+/// Ring attention on this device's blocks inside a shard_map body, with the kept-blocks backward
+/// (a custom VJP: its backward runs in the body's context, as the tape runs a body's pullbacks).
+template <class T>
+DistArray<T> ring_attention_kept(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
+                                 const std::string& axis, bool causal, double scale, bool overlap = true) {
+  const auto f = custom_vjp(
+      "ring_attention",
+      [=](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+        KeptBlocks<T> kept;
+        auto [out, lse] = ring_forward_block(qb, kb, vb, axis, causal, scale, overlap, &kept);
+        return std::pair{out, RingKept<T>{qb, out, std::move(lse), std::move(kept)}};
+      },
+      [=](const RingKept<T>& s, const DistArray<T>& g) {
+        return ring_backward_kept(s.q, s.kept, s.out, s.lse, g, axis, causal, scale);
+      });
+  return f(q, k, v);
 }
 
 }  // namespace detail
 
-/// How ring_attention's backward runs (the header's comment has the trade).
+/// How ring_attention runs (the header's comment has the trade).
 struct RingAttention {
   bool causal = true;
   double scale = 0;        // <= 0: 1 / sqrt(head_dim)
-  bool recompute = true;   // recompute each block's probabilities in the backward (memory: one
-                           // block's scores) rather than keep them all from the forward
+  bool recompute = true;   // the backward sends k and v around again (memory: this device's blocks)
+                           // rather than keep every block the forward met (bytes: 2(c-1) blocks less)
   bool overlap = true;     // pass k and v on while the blocks at hand are computed (ppermute_start)
 };
 
@@ -339,43 +362,38 @@ DistArray<T> ring_attention(const DistArray<T>& q, const DistArray<T>& k, const 
   if (!options.recompute)
     return shard_map(
         [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
-          return detail::ring_attention_block(qb, kb, vb, axis, causal, s, overlap);
+          return detail::ring_attention_kept(qb, kb, vb, axis, causal, s, overlap);
         },
         mesh, {spec, spec, spec}, spec)(q, k, v);
-  // The recomputing path's saved lse and travelling accumulators are in T: a 16-bit T runs it in
-  // float (k and v then travel in 32 bits; ring_attention_shard's path keeps them 16-bit).
-  if constexpr (dax::detail::is_float16_v<T>) {
-    return astype<T>(ring_attention(astype<float>(q), astype<float>(k), astype<float>(v), axis, options));
-  } else {
-    const PartitionSpec rows(entry(0), entry(2), axis);  // lse: (batch, heads, sequence)
-    auto forward = [=](const DistArray<T>& qf, const DistArray<T>& kf, const DistArray<T>& vf) {
-      const NamedSharding at(mesh, spec);
-      const DistArray<T> qm = reshard(qf, at), km = reshard(kf, at), vm = reshard(vf, at);
-      auto [out, lse] = shard_map(
-          [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
-            return detail::ring_forward_block(qb, kb, vb, axis, causal, s, overlap);
-          },
-          mesh, {spec, spec, spec}, std::vector<PartitionSpec>{spec, rows})(qm, km, vm);
-      return std::pair{out, std::tuple{qm, km, vm, out, lse}};
-    };
-    auto backward = [=](const auto& saved, const DistArray<T>& g) {
-      const auto& [qm, km, vm, out, lse] = saved;
-      return shard_map(
-          [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb,
-                                     const DistArray<T>& ob, const DistArray<T>& lb, const DistArray<T>& gb) {
-            return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s, overlap);
-          },
-          mesh, {spec, spec, spec, spec, rows, spec}, std::vector<PartitionSpec>{spec, spec, spec})(qm, km, vm, out, lse, g);
-    };
-    return custom_vjp("ring_attention", forward, backward)(q, k, v);
-  }
+  using C = dax::detail::compute_t<T>;
+  const PartitionSpec rows(entry(0), entry(2), axis);  // lse: (batch, heads, sequence)
+  auto forward = [=](const DistArray<T>& qf, const DistArray<T>& kf, const DistArray<T>& vf) {
+    const NamedSharding at(mesh, spec);
+    const DistArray<T> qm = reshard(qf, at), km = reshard(kf, at), vm = reshard(vf, at);
+    auto [out, lse] = shard_map(
+        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb) {
+          return detail::ring_forward_block(qb, kb, vb, axis, causal, s, overlap);
+        },
+        mesh, {spec, spec, spec}, std::vector<PartitionSpec>{spec, rows})(qm, km, vm);
+    return std::pair{out, std::tuple{qm, km, vm, out, lse}};
+  };
+  auto backward = [=](const auto& saved, const DistArray<T>& g) {
+    const auto& [qm, km, vm, out, lse] = saved;
+    return shard_map(
+        [axis, causal, s, overlap](const DistArray<T>& qb, const DistArray<T>& kb, const DistArray<T>& vb,
+                                   const DistArray<T>& ob, const DistArray<C>& lb, const DistArray<T>& gb) {
+          return detail::ring_backward_block(qb, kb, vb, ob, lb, gb, axis, causal, s, overlap);
+        },
+        mesh, {spec, spec, spec, spec, rows, spec}, std::vector<PartitionSpec>{spec, spec, spec})(qm, km, vm, out, lse, g);
+  };
+  return custom_vjp("ring_attention", forward, backward)(q, k, v);
 }
 
 /// ring_attention's body for a caller already inside shard_map over a mesh with `axis`: q, k, v
 /// this device's (batch, block, heads, head_dim) blocks of the sequence (in zigzag_order when
 /// causal), the result this device's output block. For models whose tokens are laid out flat
 /// (batch x sequence rows, as examples/transformer_lm's with --cp): they reshape their own rows
-/// to blocks and back. The backward is the tape's: 2(c-1) blocks of k and v each way.
+/// to blocks and back. The backward is the kept blocks': 2(c-1) blocks of k and v each way.
 template <class T>
 DistArray<T> ring_attention_shard(const DistArray<T>& q, const DistArray<T>& k, const DistArray<T>& v,
                                   const std::string& axis, bool causal = true, double scale = 0) {
@@ -385,7 +403,7 @@ DistArray<T> ring_attention_shard(const DistArray<T>& q, const DistArray<T>& k, 
   DAX_CHECK(!causal || q.shape()[1] % 2 == 0, "ring_attention_shard: a causal block holds two zigzag chunks, so its ",
             "length must be even, got ", q.shape()[1]);
   const double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
-  return detail::ring_attention_block(q, k, v, axis, causal, s);
+  return detail::ring_attention_kept(q, k, v, axis, causal, s);
 }
 
 /// ring_attention(q, k, v, axis, {causal, scale}).
