@@ -19,8 +19,8 @@ namespace dax::detail {
 /// AdamW's leaves waiting for their kernel (backend/adamw_update.hpp: every waiting tensor of
 /// one element type in one multi-tensor kernel), with what each keeps alive until then and what
 /// it does after (its new parameter moved to the parameter's sharding). Leaves join in tree
-/// order; a group is flushed before it would hold more than group_bytes of one new array, counted
-/// in global sizes so that every rank flushes at the same leaf (the moves after are collective).
+/// order; a group is flushed before it would hold more than group_bytes of one array, counted in
+/// global sizes so that every rank flushes at the same leaf (the moves after are collective).
 class AdamWPending {
  public:
   static constexpr int64_t kGroupBytes = int64_t(64) << 20;
@@ -30,8 +30,9 @@ class AdamWPending {
       : b1_(b1), b2_(b2), decay_(decay), step_size_(step_size), inv_sqrt_bc2_(inv_sqrt_bc2), eps_(eps),
         group_bytes_(group_bytes) {}
 
-  /// Queues p's update (ps, gs, m, v laid out alike; p_out, m_out, v_out new arrays there), then
-  /// `after`, once the kernel has run.
+  /// Queues p's update (ps, gs, m, v laid out alike; p_out, m_out, v_out where the new values go,
+  /// laid out the same: updated_in's choice, new arrays or the inputs themselves), then `after`,
+  /// once the kernel has run.
   template <class T, class After>
   void add(const DistArray<T>& ps, const DistArray<T>& gs, const DistArray<T>& m, const DistArray<T>& v,
            const DistArray<T>& p_out, const DistArray<T>& m_out, const DistArray<T>& v_out, After&& after) {
@@ -55,7 +56,7 @@ class AdamWPending {
   }
 
  private:
-  /// Where the kernel writes x's piece (a new array, not yet read by anyone).
+  /// Where the kernel writes x's piece (no one else reads it: updated_in's choice).
   template <class T>
   static T* written(const DistArray<T>& x) {
     return static_cast<T*>(x.buffer()->data());
