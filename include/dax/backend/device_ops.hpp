@@ -170,7 +170,7 @@ void logsumexp_pick_rows(const T* x, const L* labels, int64_t rows, int64_t leng
 }
 
 /// y = each row normalized (minus its mean when geo.centered, times its rstd) * gamma (+ beta
-/// when not null), and each row's mean and rstd (backend/norm_rows.hpp).
+/// when not null), and each row's rstd and (centered) mean (backend/norm_rows.hpp).
 template <class T>
 void norm_rows(const T* x, const T* gamma, const T* beta, const NormRows& geo, T* y, compute_t<T>* mean,
                compute_t<T>* rstd) {

@@ -11,7 +11,7 @@ namespace dax::detail {
 struct NormRows {
   int64_t rows = 0, length = 0;
   double eps = 1e-5;     // converted to the compute type in the kernels
-  bool centered = true;  // layer_norm: subtract the row's mean; rms_norm: not (its mean counts as 0)
+  bool centered = true;  // layer_norm: subtract the row's mean; rms_norm: not (0, neither kept nor read)
 };
 
 }  // namespace dax::detail

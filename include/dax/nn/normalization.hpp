@@ -50,11 +50,12 @@ bool rows_whole(const DistArray<T>& x) {
 }
 
 /// What the fused normalizations keep for the backward: the (reduced) input, gamma whole on x's
-/// mesh, and each row's mean and rstd (..., 1) in the compute type.
+/// mesh, and each row's rstd and (layer_norm) mean (..., 1) in the compute type.
 template <class T>
 struct NormSaved {
   DistArray<T> x, gamma;
-  DistArray<compute_t<T>> mean, rstd;
+  std::optional<DistArray<compute_t<T>>> mean;
+  DistArray<compute_t<T>> rstd;
   NormRows geo;
 };
 
@@ -77,19 +78,21 @@ std::pair<DistArray<T>, NormSaved<T>> fused_norm_forward(const char* op, const D
   stat_shape.back() = 1;
   NormRows geo{0, x.shape().back(), eps, centered};
   const int rank = Runtime::current().rank();
-  if (!layout.mesh().contains(rank)) {
-    const DistArray<C> none(stat_shape, layout, nullptr);
-    return {DistArray<T>(x.shape(), layout, nullptr), NormSaved<T>{std::move(x), std::move(gamma), none, none, geo}};
-  }
-  geo.rows = numel(layout.device_indices(rank, stat_shape));
-  auto y = dev::allocate(static_cast<size_t>(geo.rows * geo.length) * sizeof(T));
-  auto mean = dev::allocate(static_cast<size_t>(geo.rows) * sizeof(C));
-  auto rstd = dev::allocate(static_cast<size_t>(geo.rows) * sizeof(C));
-  dev::norm_rows(x.local_data().data(), gamma.local_data().data(), beta ? beta->local_data().data() : nullptr, geo,
-                 static_cast<T*>(y->data()), static_cast<C*>(mean->data()), static_cast<C*>(rstd->data()));
-  DistArray<T> out(x.shape(), layout, std::move(y));
-  DistArray<C> mean_array(stat_shape, layout, std::move(mean)), rstd_array(stat_shape, layout, std::move(rstd));
-  return {std::move(out), NormSaved<T>{std::move(x), std::move(gamma), std::move(mean_array), std::move(rstd_array), geo}};
+  const bool member = layout.mesh().contains(rank);
+  if (member) geo.rows = numel(layout.device_indices(rank, stat_shape));
+  auto stats = [&] {
+    return DistArray<C>(stat_shape, layout, member ? dev::allocate(static_cast<size_t>(geo.rows) * sizeof(C)) : nullptr);
+  };
+  std::optional<DistArray<C>> mean;
+  if (centered) mean = stats();
+  DistArray<C> rstd = stats();
+  DistArray<T> out(x.shape(), layout,
+                   member ? dev::allocate(static_cast<size_t>(geo.rows * geo.length) * sizeof(T)) : nullptr);
+  if (member)
+    dev::norm_rows(x.local_data().data(), gamma.local_data().data(), beta ? beta->local_data().data() : nullptr, geo,
+                   static_cast<T*>(out.buffer()->data()), mean ? static_cast<C*>(mean->buffer()->data()) : nullptr,
+                   static_cast<C*>(rstd.buffer()->data()));
+  return {std::move(out), NormSaved<T>{std::move(x), std::move(gamma), std::move(mean), std::move(rstd), geo}};
 }
 
 /// The fused backward: dx from one row kernel (when need_x), gamma's gradient as the rows' sum
@@ -111,7 +114,8 @@ std::tuple<std::optional<DistArray<T>>, std::optional<DistArray<T>>, std::option
       const size_t bytes = static_cast<size_t>(s.geo.rows * s.geo.length) * sizeof(T);
       if (need_x) dx_buffer = dev::allocate(bytes);
       if (need_gamma) gx_buffer = dev::allocate(bytes);
-      dev::norm_rows_grad(s.x.local_data().data(), s.gamma.local_data().data(), s.mean.local_data().data(),
+      dev::norm_rows_grad(s.x.local_data().data(), s.gamma.local_data().data(),
+                          s.mean ? s.mean->local_data().data() : nullptr,
                           s.rstd.local_data().data(), g.local_data().data(), s.geo,
                           dx_buffer ? static_cast<T*>(dx_buffer->data()) : nullptr,
                           gx_buffer ? static_cast<T*>(gx_buffer->data()) : nullptr);

@@ -13,6 +13,7 @@
 #include <dax/backend/adamw_update.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/core/float16.hpp>
+#include <dax/optim/leaf_update.hpp>
 
 namespace dax::detail {
 
@@ -80,14 +81,6 @@ class AdamWPending {
   std::vector<std::function<void()>> after_;
   int64_t bytes_ = 0;
 };
-
-/// A new array laid out by `s`, its piece allocated and not yet written (none off the mesh).
-template <class T>
-DistArray<T> new_pieces(const NamedSharding& s, const Shape& shape) {
-  const int rank = Runtime::current().rank();
-  if (!s.mesh().contains(rank)) return DistArray<T>(shape, s, nullptr);
-  return DistArray<T>(shape, s, dev::allocate(static_cast<size_t>(numel(box_shape(s.device_indices(rank, shape)))) * sizeof(T)));
-}
 
 /// Where an update of x writes: x's own buffer when x's handle is its only holder (no one can see
 /// the change: the optimizer's moments after the first step, a parameter the caller holds no copy

@@ -19,19 +19,26 @@
 
 namespace dax::detail {
 
+/// A new array laid out by `s`, its piece allocated and not yet written (none off the mesh).
+template <class T>
+DistArray<T> new_pieces(const NamedSharding& s, const Shape& shape) {
+  const int rank = Runtime::current().rank();
+  if (!s.mesh().contains(rank)) return DistArray<T>(shape, s, nullptr);
+  return DistArray<T>(shape, s, dev::allocate(static_cast<size_t>(numel(box_shape(s.device_indices(rank, shape)))) * sizeof(T)));
+}
+
 /// out = f(xs...) elementwise, every operand and the result laid out by `s` (so each device maps
 /// its own piece, no communication): one kernel.
 template <class Out, class F, class... T>
 DistArray<Out> map_pieces(F f, const NamedSharding& s, const Shape& shape, const DistArray<T>&... xs) {
-  const int rank = Runtime::current().rank();
-  if (!s.mesh().contains(rank)) return DistArray<Out>(shape, s, nullptr);
-  const Shape local = box_shape(s.device_indices(rank, shape));
-  auto buffer = dev::allocate(numel(local) * sizeof(Out));
+  DistArray<Out> out = new_pieces<Out>(s, shape);
+  if (!out.is_addressable()) return out;
+  const Shape local = out.local_shape();
   const std::vector<int64_t> strides = row_major_strides(local);
-  dev::broadcast_map(static_cast<Out*>(buffer->data()), local,
+  dev::broadcast_map(static_cast<Out*>(out.buffer()->data()), local,
                      std::array<std::vector<int64_t>, sizeof...(T)>{((void)xs, strides)...}, f,
                      xs.local_data().data()...);
-  return DistArray<Out>(shape, s, std::move(buffer));
+  return out;
 }
 
 /// One parameter's plan: where its state lives and (if given) where its gradient is reduced first.

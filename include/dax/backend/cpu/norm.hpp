@@ -31,7 +31,8 @@ C lane_sum(int64_t n, F&& f) {
   return s;
 }
 
-/// y = normalized x * gamma (+ beta, when not null); each row's mean and rstd.
+/// y = normalized x * gamma (+ beta, when not null); each row's rstd, and its mean when centered
+/// (rms_norm's is 0: `mean` may be null then).
 template <class T>
 void norm_rows(const T* x, const T* gamma, const T* beta, const NormRows& geo, T* y, compute_t<T>* mean,
                compute_t<T>* rstd) {
@@ -52,12 +53,13 @@ void norm_rows(const T* x, const T* gamma, const T* beta, const NormRows& geo, T
         out[j] = static_cast<T>((static_cast<C>(in[j]) - mu) * rs * static_cast<C>(gamma[j]) + static_cast<C>(beta[j]));
     else
       for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>((static_cast<C>(in[j]) - mu) * rs * static_cast<C>(gamma[j]));
-    mean[r] = mu;
+    if (geo.centered) mean[r] = mu;
     rstd[r] = rs;
   }
 }
 
-/// dx (when not null) and gx = g * xhat (when not null) of norm_rows for the output's cotangent g.
+/// dx (when not null) and gx = g * xhat (when not null) of norm_rows for the output's cotangent g
+/// (`mean` read only when centered).
 template <class T>
 void norm_rows_grad(const T* x, const T* gamma, const compute_t<T>* mean, const compute_t<T>* rstd, const T* g,
                     const NormRows& geo, T* dx, T* gx) {
@@ -66,7 +68,7 @@ void norm_rows_grad(const T* x, const T* gamma, const compute_t<T>* mean, const 
   const C inv_n = C(1) / static_cast<C>(n);
   for (int64_t r = 0; r < geo.rows; ++r) {
     const int64_t at = r * n;
-    const C mu = mean[r], rs = rstd[r];
+    const C mu = geo.centered ? mean[r] : C(0), rs = rstd[r];
     auto xhat = [&](int64_t j) { return (static_cast<C>(x[at + j]) - mu) * rs; };
     if (gx)
       for (int64_t j = 0; j < n; ++j) gx[at + j] = static_cast<T>(static_cast<C>(g[at + j]) * xhat(j));

@@ -42,7 +42,10 @@ __global__ void norm_rows_kernel(const T* x, const T* gamma, const T* beta, Norm
       const C v = (static_cast<C>(in[j]) - mu) * rs * static_cast<C>(gamma[j]);
       out[j] = static_cast<T>(beta ? v + static_cast<C>(beta[j]) : v);
     }
-    if (lane == 0) mean[r] = mu, rstd[r] = rs;
+    if (lane == 0) {
+      if (geo.centered) mean[r] = mu;
+      rstd[r] = rs;
+    }
   }
 }
 
@@ -55,7 +58,7 @@ __global__ void norm_rows_grad_kernel(const T* x, const T* gamma, const compute_
   const C inv_n = C(1) / static_cast<C>(n);
   for (int64_t r = grid_first() / 32; r < geo.rows; r += grid_step() / 32) {
     const int64_t at = r * n;
-    const C mu = mean[r], rs = rstd[r];
+    const C mu = geo.centered ? mean[r] : C(0), rs = rstd[r];
     C sum_gg = 0, sum_ggx = 0;
     if (dx)
       for (int64_t j = lane; j < n; j += 32) {
