@@ -4,4 +4,6 @@
 #pragma once
 
 #include <dax/array.hpp>
+#include <dax/linalg/decompositions.hpp>
 #include <dax/linalg/linalg.hpp>
+#include <dax/linalg/norm.hpp>

@@ -171,6 +171,15 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
         return dax::sum(dax::real(dax::fft::ifft(dax::fft::fft(z[0], 0, norm) * wl, 0, norm) * wl));
       };
       check_complex_gradient(loss, {random_complex<complex128>(len, seed + 5)}, {{len}}, {line});
+      // rfft and irfft of the split line (four steps on x + 0i, the spectrum padded and weighted).
+      const int64_t half = len / 2 + 1;
+      const auto wr = dax::device_put(random_complex<complex128>(half, seed + 6), {half}, line);
+      auto real_loss = [&](const std::vector<DistArray<complex128>>& z) {
+        const auto r = dax::fft::irfft(dax::fft::rfft(dax::real(z[0]), 0, norm) * wr + z[1], len, 0, norm);
+        return dax::sum(r * r);
+      };
+      check_complex_gradient(real_loss, {random_complex<complex128>(len, seed + 7), random_complex<complex128>(half, seed + 8)},
+                             {{len}, {half}}, {line, line});
     }
     {  // r2c and c2r
       // rfftn of a real array made from the first leaf, weighted, plus the second leaf (a general,

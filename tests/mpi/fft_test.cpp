@@ -261,6 +261,64 @@ TEST_CASE("a 1-D array split over its only axis transforms in four steps: three 
         1e-12);
 }
 
+namespace {
+
+/// Bytes of complex double device `rank` receives when the first min(from, to) elements of a 1-D
+/// array of `from` elements split in p ceil-chunks are laid out again as `to` elements split the
+/// same way (what a slice or a zero padding moves): each element whose owner changes, once.
+int64_t relaid_bytes(int64_t from, int64_t to, int64_t p, int64_t rank) {
+  const int64_t a = (from + p - 1) / p, b = (to + p - 1) / p;
+  int64_t moved = 0;
+  for (int64_t i = 0; i < std::min(from, to); ++i) moved += i / b == rank && i / a != rank;
+  return moved * int64_t(sizeof(Z));
+}
+
+}  // namespace
+
+TEST_CASE("a split 1-D real array's rfft and irfft run in four steps too: nothing gathered", "[fft]") {
+  const int p = dax::test::world_size();
+  const Mesh mesh(Shape{p}, {"x"});
+  const NamedSharding s(mesh, P("x"));
+  for (const int64_t k : {int64_t(1), int64_t(3), int64_t(6)}) {  // n = p^2 k: odd at p = 3, k = 1 and 3
+    const int64_t n = int64_t(p) * p * k, m = n / 2 + 1;
+    std::mt19937 rng(3000 + unsigned(k));
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> host(static_cast<size_t>(n));
+    for (auto& v : host) v = u(rng);
+    const auto x = dax::device_put(host, {n}, s);
+    const auto full = dftn(widen(host), {n}, {0}, -1, Norm::backward);
+    for (const Norm norm : {Norm::backward, Norm::ortho, Norm::forward}) {
+      INFO("n " << n << " norm " << int(norm));
+      const double f = norm_factor(norm, true, double(n));
+      std::vector<Z> want(full.begin(), full.begin() + m);
+      for (auto& z : want) z *= f;
+      // Three all-to-alls of (p-1)/p of a device's n/p complex elements, and the slice to m.
+      const int64_t steps = p > 1 ? 3 * (n / p - n / p / p) * int64_t(sizeof(Z)) : 0;
+      dax::comm_stats().reset();
+      const auto y = dax::fft::rfft(x, 0, norm);
+      auto stats = dax::comm_stats();
+      REQUIRE(y.shape() == Shape{m});
+      CHECK(y.sharding() == s);
+      CHECK(max_error(y, want) <= 1e-13 * double(n));
+      CHECK(stats.of("all_gather").calls == 0);
+      CHECK(stats.total_bytes() == steps + (p > 1 ? relaid_bytes(n, m, p, dax::test::world_rank()) : 0));
+      // Back: the spectrum padded to n (the same elements move back), three all-to-alls.
+      dax::comm_stats().reset();
+      const auto back = dax::fft::irfft(y, n, 0, norm);
+      stats = dax::comm_stats();
+      CHECK(back.sharding() == s);
+      CHECK(max_error(back, widen(host)) <= 1e-13 * double(n));
+      CHECK(stats.of("all_gather").calls == 0);
+      CHECK(stats.total_bytes() == steps + (p > 1 ? relaid_bytes(m, n, p, dax::test::world_rank()) : 0));
+    }
+    // c2r ignores the imaginary parts of bins 0 and n / 2, as NumPy's irfft does.
+    auto spectrum = dax::test::host(dax::fft::rfft(x));
+    spectrum[0] += Z(0, 0.25);
+    if (n % 2 == 0) spectrum[size_t(n / 2)] += Z(0, -0.5);
+    CHECK(max_error(dax::fft::irfft(dax::device_put(spectrum, {m}, s), n), widen(host)) <= 1e-13 * double(n));
+  }
+}
+
 TEST_CASE("fft, ifft, rfft with Length(n) and fftn, ifftn, rfftn with Lengths(s) crop or pad their input, as NumPy",
           "[fft]") {
   Pick pick(37);

@@ -217,8 +217,45 @@ std::optional<DistArray<std::complex<R>>> four_step(const DistArray<std::complex
   return reshard(reshape(reshard(transpose(d), rows), {n}), start);  // X[k1 + n1 k2] = d[k1, k2]
 }
 
+/// rfft of a real 1-D array split over its only axis, without gathering it: the four-step complex
+/// transform of x + 0i, its first n / 2 + 1 entries kept (in x's layout). Twice a real transform's
+/// arithmetic, but each device moves (p - 1)/p of its piece three times, where gathering moved the
+/// whole vector to every device and transformed it there p times. Empty where four_step is.
+template <class R>
+std::optional<DistArray<std::complex<R>>> four_step_rfft(const DistArray<R>& x, fft::Norm norm) {
+  if (x.ndim() != 1) return std::nullopt;
+  const NamedSharding start = with_unreduced_axes(x.sharding(), 1, {});
+  const int64_t n = x.shape()[0];
+  if (start.num_pieces(0) <= 1 || four_step_rows(n, start.num_pieces(0)) == 0) return std::nullopt;
+  const DistArray<R> re = reshard(x, start);
+  auto z = four_step(dax::complex(re, zeros<R>(re.shape(), start)), true, norm);
+  return dax::slice(*z, {0}, {n / 2 + 1});
+}
+
+/// irfft to length n of a 1-D spectrum of n / 2 + 1 entries split over its only axis, without
+/// gathering it: x[j] = Re(ifft(y)[j]) for y = the spectrum zero-padded to n with its bins weighted
+/// by how often the Hermitian spectrum holds them (1 at 0 and at n / 2, 2 between), which is what
+/// c2r computes (the imaginary parts of bins 0 and n / 2 drop out of Re as they do there).
+/// Empty where four_step is.
+template <class R>
+std::optional<DistArray<R>> four_step_irfft(const DistArray<std::complex<R>>& x, int64_t n, fft::Norm norm) {
+  using C = std::complex<R>;
+  if (x.ndim() != 1) return std::nullopt;
+  const NamedSharding start = with_unreduced_axes(x.sharding(), 1, {});
+  if (start.num_pieces(0) <= 1 || four_step_rows(n, start.num_pieces(0)) == 0) return std::nullopt;
+  const DistArray<C> y = padded_with_zeros(reshard(x, start), Shape{n});
+  const DistArray<C> weights = make_local<C>(Shape{n}, y.sharding(), [&](C* data, const Box& box) {
+    dev::write_from_host(data, numel(box), [&](C* piece) {
+      for (int64_t k = box[0].start; k < box[0].stop; ++k) *piece++ = C(k == 0 || 2 * k == n ? 1 : 2);
+    });
+  });
+  auto full = four_step(y * weights, false, norm);
+  return dax::real(*full);
+}
+
 /// x cropped or padded with zeros (at the end) to `lengths[i]` along `axes[i]`, as NumPy's n / s
-/// do, back in x's sharding; x itself where every length already fits.
+/// do, in x's sharding (only the elements whose owner changes move); x itself where every length
+/// already fits.
 template <class T>
 DistArray<T> fit_lengths(const DistArray<T>& x, const std::vector<int>& axes, const std::vector<int64_t>& lengths,
                          const char* op) {
@@ -232,13 +269,11 @@ DistArray<T> fit_lengths(const DistArray<T>& x, const std::vector<int>& axes, co
       stop[a] = want;
       out = slice(out, start, stop);
     } else if (m < want) {
-      Shape pad = out.shape();
-      pad[a] = want - m;
-      out = concatenate(std::vector<DistArray<T>>{out, zeros<T>(pad, out.sharding())}, a);
+      Shape padded = out.shape();
+      padded[a] = want;
+      out = padded_with_zeros(out, padded);  // a split axis stays split: nothing gathered
     }
   }
-  // The result takes the caller's layout, whatever the padding's concatenate chose.
-  if (!(out.sharding() == x.sharding())) out = reshard(out, x.sharding());
   return out;
 }
 
@@ -307,6 +342,7 @@ DistArray<std::complex<R>> rfftn(const DistArray<R>& x, const std::vector<int>& 
   DAX_CHECK(!ax.empty(), "rfftn: a scalar has no axis to transform");
   Shape out_shape = x.shape();
   out_shape[ax.back()] = x.shape()[ax.back()] / 2 + 1;
+  if (auto r = detail::four_step_rfft(x, norm)) return *r;
   return detail::run_fft<std::complex<R>>("rfftn", x, ax, detail::FftKind::r2c, true, norm, output, out_shape);
 }
 
@@ -337,6 +373,7 @@ DistArray<R> irfftn(const DistArray<std::complex<R>>& x, const std::vector<int64
     need[i] = last ? want / 2 + 1 : want;
   }
   const DistArray<std::complex<R>> input = detail::fit_lengths(x, ax, need, "irfftn");
+  if (auto r = detail::four_step_irfft(input, out_shape[0], norm)) return *r;
   return detail::run_fft<R>("irfftn", input, ax, detail::FftKind::c2r, false, norm, output, out_shape);
 }
 

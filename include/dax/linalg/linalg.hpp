@@ -495,7 +495,7 @@ DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out 
 }
 
 /// numpy.linalg.slogdet: the sign (+1, -1, or 0 for a singular matrix) and log |det a|, each a
-/// scalar replicated over a's mesh.
+/// scalar replicated over a's mesh; log |det a| differentiates (det through it).
 template <class T>
 struct SignLogDet {
   DistArray<T> sign, logabsdet;
@@ -506,7 +506,6 @@ template <class T>
 SignLogDet<T> slogdet(const DistArray<T>& a) {
   const detail::ProfiledOp profiled("slogdet", a);
   detail::check_square(a, "slogdet");
-  detail::no_gradient("slogdet", a);
   const Mesh& mesh = a.sharding().mesh();
   const NamedSharding scalar(mesh, P());
   if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({}, scalar, nullptr), DistArray<T>({}, scalar, nullptr)};
@@ -535,7 +534,13 @@ SignLogDet<T> slogdet(const DistArray<T>& a) {
   const bool singular = counts[1] > 0;  // an exact zero on U's diagonal (p?getrf's info > 0)
   const T sign = singular ? T(0) : ((counts[0] + counts[2]) % 2 == 0 ? T(1) : T(-1));
   const T logabs = singular ? -std::numeric_limits<T>::infinity() : T(log_sum);
-  return {full<T>({}, sign, scalar), full<T>({}, logabs, scalar)};
+  SignLogDet<T> out{full<T>({}, sign, scalar), full<T>({}, logabs, scalar)};
+  // The pullback of log|det a| (the sign is piecewise constant: no gradient): g inv(a)^T. A singular
+  // a has none (inv's error, where JAX gives infinities).
+  detail::record("slogdet", out.logabsdet, [&](auto) {
+    return [a](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(transpose(inv(a)) * g)}; };
+  }, a);
+  return out;
 }
 
 /// The determinant (numpy.linalg.det): sign * exp(logabsdet) of slogdet, a replicated scalar.
@@ -623,116 +628,6 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
     };
   }, a);
   return {values, vectors};
-}
-
-/// numpy.linalg.qr(a, mode="reduced") of an (m, n) matrix: q (m, k) with orthonormal columns and
-/// r (k, n) upper triangular, k = min(m, n), a = q r; both in rows-over-the-mesh layout unless `out`
-/// is given for q. ScaLAPACK sees A^T (dax's row-major pieces): A^T = L Q' (p?gelqf, p?orglq) is
-/// A = Q'^T L^T, the QR of A.
-template <class T>
-struct QR {
-  DistArray<T> q, r;
-};
-
-template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
-QR<T> qr(const DistArray<T>& a) {
-  const detail::ProfiledOp profiled("qr", a);
-  DAX_CHECK(a.ndim() == 2, "qr: expected a matrix, got shape ", to_string(a.shape()));
-  detail::no_gradient("qr", a);
-  const Mesh& mesh = a.sharding().mesh();
-  const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
-  const NamedSharding rows = detail::rows_over_mesh(mesh);
-  if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k, n}, rows, nullptr)};
-  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k, n}, rows)};
-  const auto& grid = detail::blacs_grid(mesh);
-  const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
-  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "qr");
-  const int xm = int(n), xn = int(m), xk = int(k), one = 1, query = -1;
-  std::vector<T> tau(pa.cols + nb);
-  int info = 0;
-  T work_size = 0;
-  detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
-  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"));
-  int lwork = int(work.size());
-  detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
-  DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?gelqf failed (info ", info, ")");
-  // R: the upper triangle of the first k rows of what dax reads back (L^T), before p?orglq overwrites it.
-  detail::CyclicPiece<T> factors = pa;
-  factors.storage = detail::dev::allocate(std::max<int64_t>(pa.rows * pa.cols, 1) * sizeof(T));
-  detail::dev::copy(factors.data(), pa.data(), std::max<int64_t>(pa.rows * pa.cols, 1) * sizeof(T));
-  for (int64_t r = 0; r < factors.rows; ++r)
-    for (int64_t c = 0; c < factors.cols; ++c)
-      if (factors.global_col(c) < factors.global_row(r)) factors.at(r, c) = T(0);
-  DistArray<T> r = slice(detail::from_cyclic(factors, grid, mesh, rows), {0, 0}, {k, n});
-  detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
-  work.resize(std::max<size_t>(work.size(), size_t(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"))));
-  lwork = int(work.size());
-  detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
-  DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?orglq failed (info ", info, ")");
-  DistArray<T> q = slice(detail::from_cyclic(pa, grid, mesh, rows), {0, 0}, {m, k});
-  return {q, r};
-}
-
-/// numpy.linalg.svd(a, full_matrices=False): u (m, k), s (k,) descending (replicated), vh (k, n),
-/// a = u diag(s) vh. ScaLAPACK's p?gesvd sees A^T = U S V^T, which is A = V S U^T: dax reads its
-/// VT back as u and its U as vh, each row-major piece being the column-major transpose.
-template <class T>
-struct SVD {
-  DistArray<T> u, s, vh;
-};
-
-template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
-SVD<T> svd(const DistArray<T>& a) {
-  const detail::ProfiledOp profiled("svd", a);
-  DAX_CHECK(a.ndim() == 2, "svd: expected a matrix, got shape ", to_string(a.shape()));
-  detail::no_gradient("svd", a);
-  const Mesh& mesh = a.sharding().mesh();
-  const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
-  const NamedSharding rows = detail::rows_over_mesh(mesh), replicated(mesh, P());
-  if (!mesh.contains(Runtime::current().rank()))
-    return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k}, replicated, nullptr), DistArray<T>({k, n}, rows, nullptr)};
-  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k}, replicated), zeros<T>({k, n}, rows)};
-  const auto& grid = detail::blacs_grid(mesh);
-  const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
-  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "svd");
-  auto pu = detail::empty_piece<T>(m, k, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's VT (k, m)
-  auto pv = detail::empty_piece<T>(k, n, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's U (n, k)
-  std::vector<T> sv(k);
-  const int xm = int(n), xn = int(m), one = 1, query = -1;
-  int info = 0;
-  T work_size = 0;
-  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
-                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, &work_size, &query, &info);
-  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "svd", "a workspace"));
-  const int lwork = int(work.size());
-  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
-                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, work.data(), &lwork, &info);
-  info = detail::agreed_info(grid, info);
-  DAX_CHECK(info == 0, "svd: ScaLAPACK's p?gesvd did not converge (info ", info, ")");
-  grid.group->broadcast(sv.data(), k, dtype_v<T>, 0);  // one copy's bits on every device
-  return {detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
-          detail::from_cyclic(pv, grid, mesh, rows)};
-}
-
-/// numpy.linalg.norm of a matrix: "fro" (default), "1" (the largest column sum of |a|), "inf" (the
-/// largest row sum), "2" (the largest singular value); a replicated scalar, made of dax's ops (so differentiable where they are).
-template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
-DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
-  DAX_CHECK(a.ndim() == 1 || a.ndim() == 2, "norm: expected a vector or a matrix, got shape ", to_string(a.shape()));
-  if (a.ndim() == 1) {  // vectors: "2" (the default "fro" reads as it), "1", "inf"
-    if (ord == "1") return sum(abs(a));
-    if (ord == "inf") return max(abs(a));
-    DAX_CHECK(ord == "fro" || ord == "2", "norm: a vector's ord must be \"2\", \"1\" or \"inf\", got \"", ord, "\"");
-    return sqrt(sum(a * a));
-  }
-  if (ord == "fro") return sqrt(sum(a * a));
-  if (ord == "1") return max(sum(abs(a), {0}));
-  if (ord == "inf") return max(sum(abs(a), {1}));
-  if (ord == "2") return max(svd(a).s);  // the largest singular value
-  detail::fail("norm: ord must be \"fro\", \"1\", \"2\" or \"inf\", got \"", ord, "\"");
 }
 
 }  // namespace dax::linalg

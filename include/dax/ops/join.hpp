@@ -132,6 +132,25 @@ DistArray<T> slice(const DistArray<T>& x, const std::vector<int64_t>& start, con
   return out_array;
 }
 
+namespace detail {
+
+/// x placed at the start of zeros of `shape` (each dimension as long or longer), in x's layout:
+/// split dimensions stay split, and only the elements whose owner changes move (NumPy's n / s
+/// padding, jnp.pad's zeros at the end). Its cotangent is the slice back.
+template <class T>
+DistArray<T> padded_with_zeros(const DistArray<T>& x, const Shape& shape) {
+  const std::vector<int64_t> lo(x.ndim(), 0);
+  DistArray<T> out = pad_into(x, shape, lo, x.sharding());
+  record("pad", out, [&](auto) {
+    return [lo, stop = x.shape()](const DistArray<T>& g) {
+      return Cotangents{AnyArray(dax::slice(g, lo, std::vector<int64_t>(stop.begin(), stop.end())))};
+    };
+  }, x);
+  return out;
+}
+
+}  // namespace detail
+
 /// The arrays joined along `axis` (same mesh; equal shapes elsewhere). The result is laid out like
 /// the first array with `axis` unsplit.
 template <class T>

@@ -296,7 +296,7 @@ class Pipeline {
               loss_sum = add(loss_sum, reshard(::dax::detail::detached(l), loss_sum.sharding()));
             } else {
               h.out_id = out->trace_id();
-              send(c, c + 1, i, ::dax::detail::detached(*out), /*gradient=*/false);
+              send(c + 1, i, ::dax::detail::detached(*out), /*gradient=*/false);
             }
             ::dax::detail::leaf_ids(traced, h.leaves);
           });
@@ -334,7 +334,7 @@ class Pipeline {
               auto ct = cotangents.find(h.x_id);
               DistArray<T> gx = ct == cotangents.end() ? zeros<T>(h.x_shape, *h.x_sharding)
                                                        : reshard(ct->second.template as<T>(), *h.x_sharding);
-              send(c, c - 1, i, gx, /*gradient=*/true);
+              send(c - 1, i, gx, /*gradient=*/true);
             }
           });
         } else {  // ZB-H1's W: the weights' gradients, filling what would be the bubble
@@ -405,13 +405,12 @@ class Pipeline {
     return static_cast<int>(t % 32000);  // MPI guarantees tags up to 32767
   }
 
-  void send(int from_chunk, int to_chunk, int microbatch, const DistArray<T>& x, bool gradient) {
+  void send(int to_chunk, int microbatch, const DistArray<T>& x, bool gradient) {
     const int to = schedule_.stage_of(to_chunk);
     if (to == stage_) {  // the next chunk is on this stage: nothing to move
       local_.insert_or_assign(std::tuple{to_chunk, microbatch, gradient}, x);
       return;
     }
-    (void)from_chunk;
     // A step's microbatches cross each link with one shape: the receiver posts its receives ahead
     // with the first one's size.
     const auto [first, fresh] = sent_shapes_.try_emplace(std::pair{to_chunk, gradient}, x.shape());

@@ -1,0 +1,203 @@
+// dax::linalg's factorizations into orthogonal factors, qr and svd (ScaLAPACK's p?gelqf / p?orglq
+// and p?gesvd on A^T, as linalg.hpp deals it), with their gradients: made of dax's ops (products,
+// transposes, a triangular solve), so they run sharded as the forward does.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include <dax/linalg/linalg.hpp>
+
+namespace dax::detail {
+
+/// x R^-T for an upper-triangular square r (only its upper triangle read): (R^-1 x^T)^T.
+template <class T>
+DistArray<T> times_inverse_transpose(const DistArray<T>& x, const DistArray<T>& r) {
+  return transpose(linalg::triangular_solve(r, transpose(x), false));
+}
+
+/// The pullback of a = q r (reduced) for m >= n, r square (TensorFlow's and PyTorch's rule, from
+/// Walter and Lehmann): with M = tril(Q^T gQ - gQ^T Q + R gR^T - gR R^T),
+/// a's cotangent is Q (gR + M R^-T) + (gQ - Q Q^T gQ) R^-T.
+template <class T>
+DistArray<T> qr_pullback_tall(const DistArray<T>& q, const DistArray<T>& r, const DistArray<T>& gq,
+                              const DistArray<T>& gr) {
+  const int64_t n = r.shape()[0];
+  const auto qgq = matmul(transpose(q), gq), rgr = matmul(r, transpose(gr));
+  const auto m = (qgq - transpose(qgq) + rgr - transpose(rgr)) * triangle_mask<T>(n, rgr.sharding(), T(1), T(1));
+  return matmul(q, gr + times_inverse_transpose(m, r)) + times_inverse_transpose(gq - matmul(q, qgq), r);
+}
+
+/// a's cotangent from q's (gq) or r's (gr; null: zero). A wide a (m < n) is split as [x | y] with
+/// r = [u | v]: x = q u is the square case with gq + y gv^T for q's cotangent, and y = q v gives
+/// y's cotangent q gv (TensorFlow's reduction).
+template <class T>
+DistArray<T> qr_pullback(const DistArray<T>& q, const DistArray<T>& r, const DistArray<T>* gq_in,
+                         const DistArray<T>* gr_in) {
+  const int64_t m = q.shape()[0], k = r.shape()[0], n = r.shape()[1];
+  const DistArray<T> gq = gq_in ? *gq_in : zeros<T>(q.shape(), q.sharding());
+  const DistArray<T> gr = gr_in ? *gr_in : zeros<T>(r.shape(), r.sharding());
+  if (m >= n) return qr_pullback_tall(q, r, gq, gr);
+  const auto u = slice(r, {0, 0}, {k, m}), v = slice(r, {0, m}, {k, n});
+  const auto gu = slice(gr, {0, 0}, {k, m}), gv = slice(gr, {0, m}, {k, n});
+  const auto dx = qr_pullback_tall(q, u, gq + matmul(matmul(q, v), transpose(gv)), gu);
+  return concatenate(std::vector<DistArray<T>>{dx, matmul(q, gv)}, 1);
+}
+
+/// What svd's pullbacks keep: the factors, and the singular values on the host (F's entries).
+template <class T>
+struct SvdFactors {
+  DistArray<T> u, s, vh;
+  std::vector<T> values;
+};
+
+/// a's cotangent from one factor's (which: 0 u, 1 s, 2 vh), Townsend's (2016) terms for the
+/// reduced real SVD, with S = diag(s), V = vh^T and F_ij = 1 / (s_j^2 - s_i^2) off the diagonal:
+/// s: U diag(gs) Vh; u: U (F o (U^T gU - gU^T U)) S Vh + (gU - U U^T gU) S^-1 Vh;
+/// vh: U S (F o (Vh gVh^T - gVh Vh^T)) Vh + U S^-1 (gVh - gVh Vh^T Vh). Distinct, nonzero singular
+/// values (as JAX and PyTorch assume).
+template <class T>
+DistArray<T> svd_pullback(const SvdFactors<T>& f, int which, const DistArray<T>& g) {
+  const int64_t k = f.s.shape()[0];
+  const auto row = [&](const DistArray<T>& v) { return reshape(v, {1, k}); };  // scales columns
+  const auto col = [&](const DistArray<T>& v) { return reshape(v, {k, 1}); };  // scales rows
+  if (which == 1) return matmul(f.u * row(g), f.vh);
+  const auto inverse_s = T(1) / f.s;
+  const NamedSharding replicated(f.s.sharding().mesh(), P());
+  const auto fmat = make_array_from_callback<T>({k, k}, replicated, [&](const Box& box) {
+    std::vector<T> v;
+    for (int64_t i = box[0].start; i < box[0].stop; ++i)
+      for (int64_t j = box[1].start; j < box[1].stop; ++j) {
+        const T si = f.values[size_t(i)], sj = f.values[size_t(j)];
+        v.push_back(i == j ? T(0) : T(1) / (sj * sj - si * si));
+      }
+    return v;
+  });
+  if (which == 0) {
+    const auto ugu = matmul(transpose(f.u), g);
+    const auto inner = fmat * (ugu - transpose(ugu)) * row(f.s);
+    return matmul(matmul(f.u, inner) + (g - matmul(f.u, ugu)) * row(inverse_s), f.vh);
+  }
+  const auto vgv = matmul(f.vh, transpose(g));
+  const auto inner = col(f.s) * (fmat * (vgv - transpose(vgv)));
+  return matmul(f.u, matmul(inner, f.vh) + col(inverse_s) * (g - matmul(transpose(vgv), f.vh)));
+}
+
+}  // namespace dax::detail
+
+namespace dax::linalg {
+
+/// numpy.linalg.qr(a, mode="reduced") of an (m, n) matrix: q (m, k) with orthonormal columns and
+/// r (k, n) upper triangular, k = min(m, n), a = q r; both rows over the mesh. ScaLAPACK sees A^T (dax's row-major pieces): A^T = L Q' (p?gelqf, p?orglq) is
+/// A = Q'^T L^T, the QR of A.
+template <class T>
+struct QR {
+  DistArray<T> q, r;
+};
+
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+QR<T> qr(const DistArray<T>& a) {
+  const detail::ProfiledOp profiled("qr", a);
+  DAX_CHECK(a.ndim() == 2, "qr: expected a matrix, got shape ", to_string(a.shape()));
+  const Mesh& mesh = a.sharding().mesh();
+  const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
+  const NamedSharding rows = detail::rows_over_mesh(mesh);
+  if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k, n}, rows, nullptr)};
+  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k, n}, rows)};
+  const auto& grid = detail::blacs_grid(mesh);
+  const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "qr");
+  const int xm = int(n), xn = int(m), xk = int(k), one = 1, query = -1;
+  std::vector<T> tau(pa.cols + nb);
+  int info = 0;
+  T work_size = 0;
+  detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
+  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"));
+  int lwork = int(work.size());
+  detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
+  DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?gelqf failed (info ", info, ")");
+  // R: the upper triangle of the first k rows of what dax reads back (L^T), before p?orglq overwrites it.
+  detail::CyclicPiece<T> factors = pa;
+  factors.storage = detail::dev::allocate(std::max<int64_t>(pa.rows * pa.cols, 1) * sizeof(T));
+  detail::dev::copy(factors.data(), pa.data(), std::max<int64_t>(pa.rows * pa.cols, 1) * sizeof(T));
+  for (int64_t r = 0; r < factors.rows; ++r)
+    for (int64_t c = 0; c < factors.cols; ++c)
+      if (factors.global_col(c) < factors.global_row(r)) factors.at(r, c) = T(0);
+  DistArray<T> r = slice(detail::from_cyclic(factors, grid, mesh, rows), {0, 0}, {k, n});
+  detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
+  work.resize(std::max<size_t>(work.size(), size_t(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"))));
+  lwork = int(work.size());
+  detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
+  DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?orglq failed (info ", info, ")");
+  DistArray<T> q = slice(detail::from_cyclic(pa, grid, mesh, rows), {0, 0}, {m, k});
+  detail::record("qr", q, [&](auto) {
+    return [q, r](const DistArray<T>& gq) {
+      return detail::Cotangents{detail::AnyArray(detail::qr_pullback<T>(q, r, &gq, nullptr))};
+    };
+  }, a);
+  detail::record("qr", r, [&](auto) {
+    return [q, r](const DistArray<T>& gr) {
+      return detail::Cotangents{detail::AnyArray(detail::qr_pullback<T>(q, r, nullptr, &gr))};
+    };
+  }, a);
+  return {q, r};
+}
+
+/// numpy.linalg.svd(a, full_matrices=False): u (m, k), s (k,) descending (replicated), vh (k, n),
+/// a = u diag(s) vh. ScaLAPACK's p?gesvd sees A^T = U S V^T, which is A = V S U^T: dax reads its
+/// VT back as u and its U as vh, each row-major piece being the column-major transpose.
+template <class T>
+struct SVD {
+  DistArray<T> u, s, vh;
+};
+
+template <class T>
+  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+SVD<T> svd(const DistArray<T>& a) {
+  const detail::ProfiledOp profiled("svd", a);
+  DAX_CHECK(a.ndim() == 2, "svd: expected a matrix, got shape ", to_string(a.shape()));
+  const Mesh& mesh = a.sharding().mesh();
+  const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
+  const NamedSharding rows = detail::rows_over_mesh(mesh), replicated(mesh, P());
+  if (!mesh.contains(Runtime::current().rank()))
+    return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k}, replicated, nullptr), DistArray<T>({k, n}, rows, nullptr)};
+  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k}, replicated), zeros<T>({k, n}, rows)};
+  const auto& grid = detail::blacs_grid(mesh);
+  const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
+  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "svd");
+  auto pu = detail::empty_piece<T>(m, k, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's VT (k, m)
+  auto pv = detail::empty_piece<T>(k, n, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's U (n, k)
+  std::vector<T> sv(k);
+  const int xm = int(n), xn = int(m), one = 1, query = -1;
+  int info = 0;
+  T work_size = 0;
+  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, &work_size, &query, &info);
+  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "svd", "a workspace"));
+  const int lwork = int(work.size());
+  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, work.data(), &lwork, &info);
+  info = detail::agreed_info(grid, info);
+  // info = k + 1 is p?gesvd's "heterogeneity": the processes' singular values differ (in the last
+  // bits: each process runs its own bidiagonal QR iteration). Rank 0's are broadcast below, so
+  // every device holds the same ones; seen on 8 processes at 3 x 5.
+  DAX_CHECK(info == 0 || info == int(k) + 1, "svd: ScaLAPACK's p?gesvd did not converge (info ", info, ")");
+  grid.group->broadcast(sv.data(), k, dtype_v<T>, 0);  // one copy's bits on every device
+  SVD<T> out{detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
+             detail::from_cyclic(pv, grid, mesh, rows)};
+  // Each factor's cotangent contributes its own term of Townsend's formula (linear in the three).
+  const auto pullback = [&](int which) {
+    return [&, which](auto) {
+      return [f = detail::SvdFactors<T>{out.u, out.s, out.vh, sv}, which](const DistArray<T>& g) {
+        return detail::Cotangents{detail::AnyArray(detail::svd_pullback(f, which, g))};
+      };
+    };
+  };
+  detail::record("svd", out.u, pullback(0), a);
+  detail::record("svd", out.s, pullback(1), a);
+  detail::record("svd", out.vh, pullback(2), a);
+  return out;
+}
+
+}  // namespace dax::linalg
