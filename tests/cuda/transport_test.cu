@@ -369,6 +369,34 @@ MPI_Comm dup_world() {
   return comm;
 }
 
+/// Point-to-point transfers (a pipeline's): each member sends two device blocks to the next one
+/// around the ring, told apart by their tags, and receives the previous member's, posting the
+/// receives in the other tag's order first, all in flight together before any wait.
+void check_point_to_point(Communicator& c, const std::string& name) {
+  where = name + ", point-to-point";
+  const int n = c.size(), me = c.rank();
+  if (n < 2) return;
+  const int next = (me + 1) % n, previous = (me + n - 1) % n;
+  const int64_t count = 1000 + 37 * me, incoming = 1000 + 37 * previous;
+  std::vector<float> first(count), second(count);
+  for (int64_t i = 0; i < count; ++i) first[i] = value<float>(me, i, 1), second[i] = value<float>(me, i, 2);
+  DeviceArray<float> a(first), b(second);
+  DeviceArray<float> got_a(std::vector<float>(incoming, 0.f)), got_b(std::vector<float>(incoming, 0.f));
+  auto recv_b = c.start_recv(got_b.data(), previous, incoming, DType::float32, 9);
+  auto recv_a = c.start_recv(got_a.data(), previous, incoming, DType::float32, 5);
+  auto send_a = c.start_send(a.data(), next, count, DType::float32, 5);
+  auto send_b = c.start_send(b.data(), next, count, DType::float32, 9);
+  recv_a->wait();
+  recv_b->wait();
+  send_a->wait();
+  send_b->wait();
+  const auto ra = got_a.download(), rb = got_b.download();
+  for (int64_t i = 0; i < incoming; ++i) {
+    EXPECT(ra[i] == value<float>(previous, i, 1), "tag 5 element ", i, ": ", ra[i]);
+    EXPECT(rb[i] == value<float>(previous, i, 2), "tag 9 element ", i, ": ", rb[i]);
+  }
+}
+
 /// DAX_TRANSPORT accepts nccl and mpi only, and says what it got.
 void check_transport_choice() {
   where = "choose_transport";
@@ -463,9 +491,11 @@ int run(int gpus, int local_rank, int local_size) {
     // The staged path whatever the MPI: the factory passes device pointers to a CUDA-aware one.
     cu::StagedMpiCommunicator staged(std::make_unique<dax::detail::MpiCommunicator>(dup_world()), false);
     check_communicator(staged, "world over mpi, staged");
+    check_point_to_point(staged, "world over mpi, staged");
     if (cu::mpi_is_cuda_aware()) {  // and device pointers straight to MPI, at every rank count
       cu::StagedMpiCommunicator direct(std::make_unique<dax::detail::MpiCommunicator>(dup_world()), true);
       check_communicator(direct, "world over mpi, CUDA-aware");
+      check_point_to_point(direct, "world over mpi, CUDA-aware");
     }
     if (local_size > gpus && local_size == world_size) {
       // Ranks sharing a GPU: NCCL is refused with the same advice on every member.

@@ -129,17 +129,19 @@ class Communicator {
   /// activations and their gradients: parallel/pipeline.hpp). Not collective over the group, so
   /// the call checks give it no number in the group's sequence. `tag` keeps apart the transfers in
   /// flight between the same two members; transports without tags match them in the order each
-  /// side starts them, which the caller keeps the same on both. The GPU transports (NCCL, staged
-  /// MPI) do not have them yet and say so.
+  /// side starts them, which the caller keeps the same on both. The staged MPI transport has them
+  /// (through pinned host blocks); NCCL does not (its point-to-point calls match in the order
+  /// they are posted, not by tag) and says so.
   virtual std::unique_ptr<PendingCollective> start_send(const void* send, int dst, int64_t count, DType type,
                                                         int tag) {
     (void)send, (void)dst, (void)count, (void)type, (void)tag;
-    fail("point-to-point sends are not available on this transport yet (the CPU backend's MPI communicator has them)");
+    fail("point-to-point sends are not available on this transport yet (the MPI transports have them: "
+         "DAX_TRANSPORT=mpi on the GPU)");
   }
   virtual std::unique_ptr<PendingCollective> start_recv(void* recv, int src, int64_t count, DType type, int tag) {
     (void)recv, (void)src, (void)count, (void)type, (void)tag;
-    fail("point-to-point receives are not available on this transport yet (the CPU backend's MPI communicator has "
-         "them)");
+    fail("point-to-point receives are not available on this transport yet (the MPI transports have them: "
+         "DAX_TRANSPORT=mpi on the GPU)");
   }
   /// Small host-side metadata from every member (for checks that must fail on all ranks alike).
   virtual std::vector<int64_t> all_gather_host(const std::vector<int64_t>& mine) = 0;

@@ -233,7 +233,68 @@ class StagedMpiCommunicator final : public Communicator {
     return inner_->all_gather_host(mine);
   }
 
+  /// One side of a point-to-point transfer (a pipeline's activations: parallel/pipeline.hpp). Each
+  /// goes through a pinned host block of its own, held by the pending transfer, since several are
+  /// in flight at once (and the receives are posted ahead); MPI's tag keeps them apart as on the CPU.
+  std::unique_ptr<PendingCollective> start_send(const void* send, int dst, int64_t count, DType type,
+                                                int tag) override {
+    if (direct_) {
+      wait_for_device();  // MPI reads what the device wrote
+      return inner_->start_send(send, dst, count, type, tag);
+    }
+    const int64_t bytes = count * itemsize(type);
+    auto stage = allocate_pinned(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    to_host(stage->data(), send, bytes);
+    wait_for_device();
+    auto inner = inner_->start_send(stage->data(), dst, count, type, tag);
+    return std::make_unique<StagedTransfer>(std::move(inner), std::move(stage), nullptr, 0);
+  }
+
+  std::unique_ptr<PendingCollective> start_recv(void* recv, int src, int64_t count, DType type, int tag) override {
+    wait_for_device();  // nothing on the device may still touch the block MPI is to write
+    if (direct_) return inner_->start_recv(recv, src, count, type, tag);
+    const int64_t bytes = count * itemsize(type);
+    auto stage = allocate_pinned(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    auto inner = inner_->start_recv(stage->data(), src, count, type, tag);
+    return std::make_unique<StagedTransfer>(std::move(inner), std::move(stage), recv, bytes);
+  }
+
  private:
+  /// A staged point-to-point transfer: MPI's pending request and the host block it uses; a receive
+  /// copies the block to the device once MPI has filled it (and waits for that copy, so the block
+  /// can go).
+  class StagedTransfer final : public PendingCollective {
+   public:
+    StagedTransfer(std::unique_ptr<PendingCollective> inner, std::shared_ptr<Buffer> stage, void* device_dst,
+                   int64_t bytes)
+        : inner_(std::move(inner)), stage_(std::move(stage)), device_dst_(device_dst), bytes_(bytes) {}
+    bool test() override {
+      if (!done_ && inner_->test()) finish();
+      return done_;
+    }
+    void wait() override {
+      if (done_) return;
+      inner_->wait();
+      finish();
+    }
+
+   private:
+    void finish() {
+      if (device_dst_ != nullptr && bytes_ > 0) {
+        DAX_CUDA_CHECK(cudaMemcpyAsync(device_dst_, stage_->data(), static_cast<size_t>(bytes_), cudaMemcpyHostToDevice,
+                                       stream()));
+        wait_for_device();
+      }
+      stage_.reset();
+      done_ = true;
+    }
+    std::unique_ptr<PendingCollective> inner_;
+    std::shared_ptr<Buffer> stage_;
+    void* device_dst_;
+    int64_t bytes_;
+    bool done_ = false;
+  };
+
   struct Run {
     int64_t offset, bytes;
   };
