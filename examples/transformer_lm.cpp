@@ -464,8 +464,8 @@ Options parse_options(int argc, char** argv, int ranks) {
         << (o.pp > 1 || o.cp == 1 ? "--pp " + std::to_string(o.pp) : "") << " does not divide the job's " << ranks << " ranks; ";
   if (o.cp > 1) {  // ring attention over 'context'
     if (o.pp > 1 && o.fsdp)  // (docs/training.md, "Not yet")
-      why << "--pp with --cp and --fsdp is not offered yet (the planner gathers the MLP's activations over data x "
-             "context in its backward, more bytes than FSDP's formula); ";
+      why << "--pp with --cp and --fsdp is not offered yet (in its backward the MLP weights' gradients are split "
+             "over data x context, then gathered whole before FSDP's reduce-scatter: more bytes than its formula); ";
     if (c.seq % (2 * o.cp) != 0)
       why << "--cp " << o.cp << " needs --seq (" << c.seq << ") to divide into 2 x " << o.cp << " zigzag chunks; ";
   }
