@@ -88,8 +88,8 @@ DistArray<T> svd_pullback(const SvdFactors<T>& f, int which, const DistArray<T>&
 namespace dax::linalg {
 
 /// numpy.linalg.qr(a, mode="reduced") of an (m, n) matrix: q (m, k) with orthonormal columns and
-/// r (k, n) upper triangular, k = min(m, n), a = q r; both rows over the mesh. ScaLAPACK sees A^T (dax's row-major pieces): A^T = L Q' (p?gelqf, p?orglq) is
-/// A = Q'^T L^T, the QR of A.
+/// r (k, n) upper triangular, k = min(m, n), a = q r; both rows over the mesh. ScaLAPACK sees A^T
+/// (dax's row-major pieces): A^T = L Q' (p?gelqf, p?orglq) is A = Q'^T L^T, the QR of A.
 template <class T>
 struct QR {
   DistArray<T> q, r;
