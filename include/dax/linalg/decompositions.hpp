@@ -44,6 +44,9 @@ DistArray<T> qr_pullback(const DistArray<T>& q, const DistArray<T>& r, const Dis
   return concatenate(std::vector<DistArray<T>>{dx, matmul(q, gv)}, 1);
 }
 
+/// The factor of a = u diag(s) vh whose cotangent a pullback takes.
+enum class SvdFactor { u, s, vh };
+
 /// What svd's pullbacks keep: the factors, and the singular values on the host (F's entries).
 template <class T>
 struct SvdFactors {
@@ -51,17 +54,17 @@ struct SvdFactors {
   std::vector<T> values;
 };
 
-/// a's cotangent from one factor's (which: 0 u, 1 s, 2 vh), Townsend's (2016) terms for the
+/// a's cotangent from one factor's, Townsend's (2016) terms for the
 /// reduced real SVD, with S = diag(s), V = vh^T and F_ij = 1 / (s_j^2 - s_i^2) off the diagonal:
 /// s: U diag(gs) Vh; u: U (F o (U^T gU - gU^T U)) S Vh + (gU - U U^T gU) S^-1 Vh;
 /// vh: U S (F o (Vh gVh^T - gVh Vh^T)) Vh + U S^-1 (gVh - gVh Vh^T Vh). Distinct, nonzero singular
 /// values (as JAX and PyTorch assume).
 template <class T>
-DistArray<T> svd_pullback(const SvdFactors<T>& f, int which, const DistArray<T>& g) {
+DistArray<T> svd_pullback(const SvdFactors<T>& f, SvdFactor which, const DistArray<T>& g) {
   const int64_t k = f.s.shape()[0];
   const auto row = [&](const DistArray<T>& v) { return reshape(v, {1, k}); };  // scales columns
   const auto col = [&](const DistArray<T>& v) { return reshape(v, {k, 1}); };  // scales rows
-  if (which == 1) return matmul(f.u * row(g), f.vh);
+  if (which == SvdFactor::s) return matmul(f.u * row(g), f.vh);
   const auto inverse_s = T(1) / f.s;
   const NamedSharding replicated(f.s.sharding().mesh(), P());
   const auto fmat = make_array_from_callback<T>({k, k}, replicated, [&](const Box& box) {
@@ -73,7 +76,7 @@ DistArray<T> svd_pullback(const SvdFactors<T>& f, int which, const DistArray<T>&
       }
     return v;
   });
-  if (which == 0) {
+  if (which == SvdFactor::u) {
     const auto ugu = matmul(transpose(f.u), g);
     const auto inner = fmat * (ugu - transpose(ugu)) * row(f.s);
     return matmul(matmul(f.u, inner) + (g - matmul(f.u, ugu)) * row(inverse_s), f.vh);
@@ -187,16 +190,16 @@ SVD<T> svd(const DistArray<T>& a) {
   SVD<T> out{detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
              detail::from_cyclic(pv, grid, mesh, rows)};
   // Each factor's cotangent contributes its own term of Townsend's formula (linear in the three).
-  const auto pullback = [&](int which) {
+  const auto pullback = [&](detail::SvdFactor which) {
     return [&, which](auto) {
       return [f = detail::SvdFactors<T>{out.u, out.s, out.vh, sv}, which](const DistArray<T>& g) {
         return detail::Cotangents{detail::AnyArray(detail::svd_pullback(f, which, g))};
       };
     };
   };
-  detail::record("svd", out.u, pullback(0), a);
-  detail::record("svd", out.s, pullback(1), a);
-  detail::record("svd", out.vh, pullback(2), a);
+  detail::record("svd", out.u, pullback(detail::SvdFactor::u), a);
+  detail::record("svd", out.s, pullback(detail::SvdFactor::s), a);
+  detail::record("svd", out.vh, pullback(detail::SvdFactor::vh), a);
   return out;
 }
 
