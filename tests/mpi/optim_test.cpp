@@ -252,6 +252,23 @@ TEST_CASE("AdamW updates in place what no one else holds, and copies what someon
   CHECK(params[0].sharding() == rows);
 }
 
+TEST_CASE("AdamW never updates in place a parameter that views another array's buffer", "[optim][adamw]") {
+  // A reshard that keeps most of its input's piece views it (array/reshard_program.hpp): here rows
+  // 0-1 of 3 on the first of two devices. The view's handle is its only holder, yet writing it
+  // would write `whole` (found 2026-12-02: six of whole's values changed by two steps).
+  const Mesh mesh({world_size()}, {"x"});
+  std::mt19937 rng(10);
+  const auto values = random_reals(9, rng);
+  const std::vector<float> host_values(values.begin(), values.end());
+  const DistArray<float> whole = dax::device_put(host_values, {3, 3}, NamedSharding(mesh, P()));
+  std::vector<DistArray<float>> params{dax::reshard(whole, NamedSharding(mesh, P("x")))};
+  const std::vector<DistArray<float>> grads{dax::ones<float>({3, 3}, NamedSharding(mesh, P("x")))};
+  dax::optim::AdamW opt(params, {.lr = 0.5});
+  for (int step = 0; step < 3; ++step) opt.step(params, grads);
+  CHECK(host(whole) == host_values);
+  CHECK(host(params[0]) != host_values);
+}
+
 TEST_CASE("ZeRO-1: replicated parameters, state sharded over an axis", "[optim][zero]") {
   const int n = world_size();
   const Mesh mesh({n}, {"x"});

@@ -195,6 +195,9 @@ class Buffer {
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   int part() const { return part_; }
+  /// Whether this block lies inside another buffer (make_view): writing it writes that buffer,
+  /// so no one may update it in place on the grounds that its handle is the only one.
+  bool is_view() const { return view_; }
   /// Counts the block under `part` from now on (a view stays with its parent's part).
   void relabel(int part) {
     if (!relabel_ || part == part_) return;
@@ -209,6 +212,8 @@ class Buffer {
   Release release_;
   Relabel relabel_;
   int part_;
+  bool view_ = false;
+  friend std::shared_ptr<Buffer> make_view(const std::shared_ptr<Buffer>&, size_t, size_t);
 };
 
 /// A buffer from `allocator` that goes back to it when released, counted under this thread's
@@ -235,8 +240,10 @@ std::shared_ptr<Buffer> make_shared_buffer(const std::shared_ptr<Allocator>& all
 
 /// A view of `bytes` bytes at `offset` inside `parent`, keeping it alive; frees nothing itself.
 inline std::shared_ptr<Buffer> make_view(const std::shared_ptr<Buffer>& parent, size_t offset, size_t bytes) {
-  return std::make_shared<Buffer>(static_cast<char*>(parent->data()) + offset, bytes, parent,
-                                  [](void*, void*, size_t, int) {});
+  auto view = std::make_shared<Buffer>(static_cast<char*>(parent->data()) + offset, bytes, parent,
+                                       [](void*, void*, size_t, int) {});
+  view->view_ = true;
+  return view;
 }
 
 }  // namespace dax::detail

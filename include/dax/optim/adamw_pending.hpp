@@ -84,11 +84,12 @@ class AdamWPending {
 
 /// Where an update of x writes: x's own buffer when x's handle is its only holder (no one can see
 /// the change: the optimizer's moments after the first step, a parameter the caller holds no copy
-/// of), else a new array laid out as x (the moments share one zero buffer until the first step; a
+/// of) and that buffer is not a view into another array's (a reshard that kept most of its
+/// input), else a new array laid out as x (the moments share one zero buffer until the first step; a
 /// state() or a copy of the parameters keeps the old values).
 template <class T>
 DistArray<T> updated_in(const DistArray<T>& x) {
-  if (!x.stores_swapped() && x.buffer() && x.buffer().use_count() == 1) return x;
+  if (!x.stores_swapped() && x.buffer() && x.buffer().use_count() == 1 && !x.buffer()->is_view()) return x;
   return new_pieces<T>(x.sharding(), x.shape());
 }
 
