@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include <dax/backend/memory_stats.hpp>
 #include <dax/parallel/ring_attention.hpp>
 
 #include "helpers.hpp"
@@ -81,11 +82,13 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
   const int c = dax::test::world_size();
   const Mesh mesh({c}, {"context"});
   std::mt19937 rng(shared_seed());
-  const int64_t b = 2, h = 2, e = 3, chunk = 2;
-  for (int mode = 0; mode < 6; ++mode) {  // 4, 5: k and v passed on blocking, not overlapped
-    const bool causal = mode < 2 || mode >= 4, recompute = mode % 2 == 0, overlap = mode < 4;
+  const int64_t h = 2, e = 3, chunk = 2;
+  // 6, 7: modes 0 and 1 with a batch of one, whose chunks the kernels read in place (views).
+  for (int mode = 0; mode < 8; ++mode) {  // 4, 5: k and v passed on blocking, not overlapped
+    const bool causal = mode < 2 || mode >= 4, recompute = mode % 2 == 0, overlap = mode < 4 || mode >= 6;
+    const int64_t b = mode >= 6 ? 1 : 2;
     DYNAMIC_SECTION((causal ? "causal, zigzag order" : "not causal") << (recompute ? ", recomputing backward" : ", kept blocks' backward")
-                    << (overlap ? "" : ", blocking exchange") << ", " << c << " devices") {
+                    << (overlap ? "" : ", blocking exchange") << ", batch " << b << ", " << c << " devices") {
       const dax::parallel::RingAttention how{.causal = causal, .recompute = recompute, .overlap = overlap};
       const int64_t s = chunk * (causal ? 2 * c : c);
       const Shape shape{b, s, h, e};
@@ -135,6 +138,39 @@ TEST_CASE("ring attention equals attention over the whole sequence, forward and 
       CHECK(ppermuted.bytes == (recompute ? (c > 1 ? 6 * c - 4 : 0) : 4 * (c - 1)) * block);
     }
   }
+}
+
+TEST_CASE("ring attention's backward holds its block's arrays, the blocks in flight and one visit's gradients",
+          "[ring_attention]") {
+  // In blocks of one device's k (s/c rows), above the inputs: the output and its cotangent, the
+  // three gradients (accumulated chunk by chunk in place), the next k and v in flight (c > 1) and,
+  // from c = 3 on, the k and v received before them, and one visit's gradients of a chunk (1.5);
+  // the log-sum-exps and row factors are 1/e of a block. The chunks the kernels read are views (a
+  // batch of one): as copies, with the sums made anew, they were 11 blocks at c = 2 and 15.8 at
+  // c = 4 (before 2026-12-02).
+  const int c = dax::test::world_size();
+  const Mesh mesh({c}, {"context"});
+  std::mt19937 rng(shared_seed() + 1);
+  const int64_t b = 1, h = 1, e = 32, s = 16 * c;
+  const Shape shape{b, s, h, e};
+  const size_t n = size_t(b * s * h * e);
+  const NamedSharding split(mesh, P(dax::none, "context"));
+  using Qkv = std::vector<DistArray<double>>;
+  const Qkv p{dax::device_put(uniform(n, rng), shape, split), dax::device_put(uniform(n, rng), shape, split),
+              dax::device_put(uniform(n, rng), shape, split)};
+  const auto ws = dax::device_put(uniform(n, rng), shape, split);
+  auto loss = [&](const Qkv& x) { return dax::sum(dax::parallel::ring_attention(x[0], x[1], x[2], "context") * ws); };
+  const double block = double(n / size_t(c) * sizeof(double));
+  const int64_t before = dax::memory_stats().bytes_in_use;
+  dax::reset_peak_memory();
+  {
+    const auto [value, grads] = dax::value_and_grad(loss)(p);
+    CHECK(std::isfinite(value.to_host()[0]));
+  }
+  const double held = double(dax::memory_stats().peak_bytes_in_use - before) / block;
+  INFO(held << " blocks at " << c << " devices");
+  CHECK(held >= 6.5);
+  CHECK(held <= (c > 2 ? 10.5 : c > 1 ? 8.5 : 6.5) + 4.0 / double(e));
 }
 
 TEMPLATE_TEST_CASE("ring attention on 16-bit inputs computes its blocks in float and moves k and v in 16 bits",

@@ -149,6 +149,62 @@ DistArray<T> padded_with_zeros(const DistArray<T>& x, const Shape& shape) {
   return out;
 }
 
+/// x[..., lo:hi, ...] along `dim`, without a copy where that is one contiguous run of this device's
+/// piece (every dimension before `dim` of extent 1 here, `dim` and the ones after it unsplit, no
+/// pending sums, nothing recorded): then a view into x's buffer, which keeps all of it alive.
+/// Otherwise slice's copy. For a kernel's operands inside a rule's body, where x outlives them
+/// anyway (ring attention's chunks of a block).
+template <class T>
+DistArray<T> window_along(const DistArray<T>& x, size_t dim, int64_t lo, int64_t hi) {
+  const Shape& shape = x.shape();
+  const size_t n = shape.size();
+  DAX_CHECK(dim < n && 0 <= lo && lo <= hi && hi <= shape[dim], "window_along: expected [lo, hi) inside dimension ",
+            dim, " of ", to_string(shape), ", got [", lo, ", ", hi, ")");
+  bool view = x.is_addressable() && !tracing(x) && x.sharding().unreduced_axes().empty();
+  for (size_t d = 0; view && d < n; ++d)
+    view = d < dim ? x.local_index()[d].size() == 1 : x.sharding().dim_axes(d).empty();
+  std::vector<int64_t> start(n, 0), stop(shape.begin(), shape.end());
+  start[dim] = lo, stop[dim] = hi;
+  if (!view) return dax::slice(x, start, stop);
+  int64_t inner = 1;
+  for (size_t d = dim + 1; d < n; ++d) inner *= shape[d];
+  Shape window = shape;
+  window[dim] = hi - lo;
+  const size_t item = sizeof(T);
+  return DistArray<T>(window, x.sharding(),
+                      make_view(x.buffer(), static_cast<size_t>(lo * inner) * item, static_cast<size_t>((hi - lo) * inner) * item));
+}
+
+/// acc[..., lo:lo + x.shape()[dim], ...] += x on this device's piece, in place when acc's buffer is
+/// its handle's alone, not a view and not a swapped piece's row-major copy (which the array's
+/// copies share); else into a copy of it, which acc then holds. acc and x are laid out alike
+/// apart from `dim`, which neither splits; nothing is recorded. For an accumulator in a rule's
+/// body that sums windows of itself (ring attention's gradients of a block, chunk by chunk).
+template <class T>
+void add_into_window(DistArray<T>& acc, const DistArray<T>& x, size_t dim, int64_t lo) {
+  const size_t n = static_cast<size_t>(acc.ndim());
+  bool fits = static_cast<size_t>(x.ndim()) == n && dim < n && lo >= 0 && lo + x.shape()[dim] <= acc.shape()[dim] &&
+              acc.sharding().mesh() == x.sharding().mesh() && acc.sharding().unreduced_axes().empty() &&
+              x.sharding().unreduced_axes().empty();
+  for (size_t d = 0; fits && d < n; ++d)
+    fits = d == dim ? acc.sharding().dim_axes(d).empty() && x.sharding().dim_axes(d).empty()
+                    : acc.shape()[d] == x.shape()[d] && acc.sharding().dim_axes(d) == x.sharding().dim_axes(d);
+  DAX_CHECK(fits, "add_into_window: expected a window of ", to_string(acc.shape()), " ", to_string(acc.sharding().spec()),
+            " along unsplit dimension ", dim, " from ", lo, ", got ", to_string(x.shape()), " ",
+            to_string(x.sharding().spec()));
+  if (!acc.is_addressable()) return;
+  const size_t bytes = static_cast<size_t>(numel(acc.local_index())) * sizeof(T);
+  if (acc.stores_swapped() || acc.buffer().use_count() != 1 || acc.buffer()->is_view()) {
+    auto own = dev::allocate(bytes);
+    dev::copy(own->data(), acc.buffer()->data(), bytes);
+    acc = DistArray<T>(acc.shape(), acc.sharding(), std::move(own));
+  }
+  Box from = x.local_index();  // in acc's indices
+  from[dim] = Slice{from[dim].start + lo, from[dim].stop + lo};
+  dev::copy_region(x.local_data().data(), from, static_cast<T*>(acc.buffer()->data()), acc.local_index(), from,
+                   CopyMode::add);
+}
+
 }  // namespace detail
 
 /// The arrays joined along `axis` (same mesh; equal shapes elsewhere). The result is laid out like

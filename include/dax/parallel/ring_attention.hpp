@@ -137,30 +137,45 @@ class RingBlocks {
     }
   }
 
-  /// Chunk `part` along the sequence: dim 1 of (b, n, h, e).
-  DistArray<T> cut(const DistArray<T>& x, int part) const {
-    return parts == 1 ? x : slice(x, {0, part * len}, {shape_[0], (part + 1) * len});
+  /// Chunk `part` along the sequence: dim 1 of (b, n, h, e). A view into x where the chunk is
+  /// contiguous (a batch of one here), else a copy: the kernels' operands, while x lives anyway.
+  template <class S>
+  DistArray<S> cut(const DistArray<S>& x, int part) const {
+    return parts == 1 ? x : dax::detail::window_along(x, 1, part * len, (part + 1) * len);
   }
   /// Chunk `part` along the queries: dim 2 of a (b, h, n) row statistic.
   template <class S>
   DistArray<S> cut_rows(const DistArray<S>& x, int part) const {
-    return parts == 1 ? x : slice(x, {0, 0, part * len}, {shape_[0], shape_[2], (part + 1) * len});
+    return parts == 1 ? x : dax::detail::window_along(x, 2, part * len, (part + 1) * len);
+  }
+  /// acc's chunk `part` (dim 1) += x, in place: a block's gradient summed chunk by chunk.
+  template <class S>
+  void add_to_chunk(DistArray<S>& acc, const DistArray<S>& x, int part) const {
+    dax::detail::add_into_window(acc, x, 1, part * len);
   }
   /// The chunks joined along the sequence again.
   template <class S>
   DistArray<S> joined(const std::vector<DistArray<S>>& xs, int64_t dim = 1) const {
     return parts == 1 ? xs[0] : concatenate(xs, dim);
   }
-  /// Zeros of one chunk's shape (b, len, h, e).
+  /// Zeros of this device's block's shape (b, n, h, e).
   template <class S>
-  DistArray<S> zero_chunk() const {
-    return zeros<S>(Shape{shape_[0], len, shape_[2], shape_[3]}, local_sharding());
+  DistArray<S> zero_block() const {
+    return zeros<S>(shape_, local_sharding());
   }
 
  private:
   Shape shape_;
   bool causal_, overlap_;
 };
+
+/// x in a buffer of its own: a copy where x views a larger one (a chunk kept for the backward
+/// must not keep its whole block alive).
+template <class T>
+DistArray<T> owned(const DistArray<T>& x) {
+  if (!x.is_addressable() || !x.buffer()->is_view()) return x;
+  return slice(x, std::vector<int64_t>(x.ndim(), 0), std::vector<int64_t>(x.shape().begin(), x.shape().end()));
+}
 
 /// A (b, h, n) row statistic as a (b, n, h, 1) factor of outputs laid out (b, n, h, e).
 template <class T>
@@ -184,7 +199,7 @@ std::tuple<DistArray<T>, DistArray<compute_t<T>>> ring_forward_block(const DistA
   int step = 0;
   auto visit = [&](int a, int b, int from, const DistArray<T>& kb, const DistArray<T>& vb) {
     auto [o, saved] = dax::detail::fused_attention_forward(r.cut(q, a), kb, vb, scale, r.diagonal(a, from, b));
-    if (kept) (*kept)[size_t(step)][size_t(b)] = std::pair{kb, vb};
+    if (kept) (*kept)[size_t(step)][size_t(b)] = std::pair{owned(kb), owned(vb)};
     const DistArray<C>& lse = saved.lse;
     auto& out = outs[size_t(a)];
     auto& total = lses[size_t(a)];
@@ -223,8 +238,8 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_block_grads(const Ring
 
 /// The recomputing backward on this device's blocks: q, k, v, the output and the cotangent g
 /// (b, n, h, e), lse (b, h, n). k and v go around the ring again, each met pair's gradients from
-/// ring_block_grads; dQ is summed here (in the compute type), dK and dV travel with k and v (in
-/// T) and come home at the end.
+/// ring_block_grads added in place to the block's accumulators: dQ's here (in the compute type),
+/// dK's and dV's (in T) travelling with k and v, home at the end.
 template <class T>
 std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const DistArray<T>& q, DistArray<T> k,
                                                                          DistArray<T> v, const DistArray<T>& out,
@@ -233,27 +248,21 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_block(const D
                                                                          bool causal, double scale, bool overlap = true) {
   using C = compute_t<T>;
   RingBlocks<T> r(q.shape(), axis, causal, overlap);
-  std::vector<DistArray<C>> dq;
-  std::vector<DistArray<T>> dk, dv;
-  for (int a = 0; a < r.parts; ++a) {
-    dq.push_back(r.template zero_chunk<C>());
-    dk.push_back(r.template zero_chunk<T>());
-    dv.push_back(r.template zero_chunk<T>());
-  }
+  DistArray<C> dq = r.template zero_block<C>();
+  DistArray<T> dk = r.template zero_block<T>(), dv = r.template zero_block<T>();
   auto visit = [&](int a, int b, int from, const DistArray<T>& kp, const DistArray<T>& vp) {
     auto [dq_ab, dk_ab, dv_ab] = ring_block_grads(r, a, b, from, q, kp, vp, out, lse, g, scale);
-    dq[size_t(a)] = dq[size_t(a)] + in_type<C>(dq_ab);
-    dk[size_t(b)] = dk[size_t(b)] + dk_ab;
-    dv[size_t(b)] = dv[size_t(b)] + dv_ab;
+    r.add_to_chunk(dq, in_type<C>(dq_ab), a);
+    r.add_to_chunk(dk, dk_ab, b);
+    r.add_to_chunk(dv, dv_ab, b);
   };
   // The accumulators of k's and v's gradients go with them, one step more: after c steps they are
   // back on the device they belong to.
   r.walk(k, v, axis, visit, [&] {
     if (r.c == 1) return;
-    const DistArray<T> dk_on = ppermute(r.joined(dk), axis, r.ring), dv_on = ppermute(r.joined(dv), axis, r.ring);
-    for (int b = 0; b < r.parts; ++b) dk[size_t(b)] = r.cut(dk_on, b), dv[size_t(b)] = r.cut(dv_on, b);
+    dk = ppermute(dk, axis, r.ring), dv = ppermute(dv, axis, r.ring);
   });
-  return {in_type<T>(r.joined(dq)), r.joined(dk), r.joined(dv)};
+  return {in_type<T>(dq), dk, dv};
 }
 
 /// The kept-blocks backward: each k / v chunk's gradient where the forward met it (from `kept`),
@@ -268,28 +277,23 @@ std::tuple<DistArray<T>, DistArray<T>, DistArray<T>> ring_backward_kept(const Di
                                                                         bool causal, double scale) {
   using C = compute_t<T>;
   RingBlocks<T> r(q.shape(), axis, causal);
-  std::vector<DistArray<C>> dq;
-  for (int a = 0; a < r.parts; ++a) dq.push_back(r.template zero_chunk<C>());
+  DistArray<C> dq = r.template zero_block<C>();
   std::optional<DistArray<T>> dk_home, dv_home;  // the accumulators of the block met at `step`
   for (int step = r.c - 1; step >= 0; --step) {
     if (dk_home) dk_home = ppermute(*dk_home, axis, r.back), dv_home = ppermute(*dv_home, axis, r.back);
+    else dk_home = r.template zero_block<T>(), dv_home = r.template zero_block<T>();
     const int device = r.from(step);
-    std::vector<DistArray<T>> dk, dv;
-    for (int b = 0; b < r.parts; ++b) dk.push_back(r.template zero_chunk<T>()), dv.push_back(r.template zero_chunk<T>());
     for (int a = 0; a < r.parts; ++a)
       for (int b = 0; b < r.parts; ++b) {
         if (!r.meets(a, device, b)) continue;
         const auto& [kb, vb] = *kept[size_t(step)][size_t(b)];
         auto [dq_ab, dk_ab, dv_ab] = ring_block_grads(r, a, b, device, q, kb, vb, out, lse, g, scale);
-        dq[size_t(a)] = dq[size_t(a)] + in_type<C>(dq_ab);
-        dk[size_t(b)] = dk[size_t(b)] + dk_ab;
-        dv[size_t(b)] = dv[size_t(b)] + dv_ab;
+        r.add_to_chunk(dq, in_type<C>(dq_ab), a);
+        r.add_to_chunk(*dk_home, dk_ab, b);
+        r.add_to_chunk(*dv_home, dv_ab, b);
       }
-    const DistArray<T> dk_step = r.joined(dk), dv_step = r.joined(dv);
-    dk_home = dk_home ? *dk_home + dk_step : dk_step;
-    dv_home = dv_home ? *dv_home + dv_step : dv_step;
   }
-  return {in_type<T>(r.joined(dq)), *dk_home, *dv_home};
+  return {in_type<T>(dq), *dk_home, *dv_home};
 }
 
 /// What the kept-blocks ring keeps for its backward.
