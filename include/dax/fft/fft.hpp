@@ -179,20 +179,29 @@ inline int64_t four_step_rows(int64_t n, int64_t pieces) {
   return best;
 }
 
+/// Whether a complex 1-D transform of n points over `pieces` devices moves no more bytes in four
+/// steps than gathered: three all-to-alls of (p - 1)/p of a device's n/p values against (p - 1)/p
+/// of all n values to every device. So from 3 pieces on (equal at 3, where no device then holds
+/// the whole vector); at 2 the four steps moved 1.5x the gather's bytes.
+inline bool complex_four_step_pays(int64_t n, int64_t pieces) {
+  return pieces > 1 && 3 * (n / pieces - n / pieces / pieces) <= n - n / pieces;
+}
+
 /// A c2c transform of a 1-D array split over its only axis, in four steps (Bailey's; FFTW-MPI's
 /// 1-D path) rather than gathered: x of length n = n1 n2 seen as the (n1, n2) matrix
 /// A[j1, j2] = x[j1 n2 + j2] (each device whole rows: its piece as it is), transforms of length n1
 /// down the columns, twiddles w^(k1 j2) (w = e^(-+2 pi i / n)), transforms of length n2 along the
 /// rows, and X[k1 + n1 k2] = C[k1, k2], the transpose read back as a vector. Three all-to-alls of
 /// n / devices elements each; every op is dax's own, so it runs sharded and has its gradient.
-/// Empty when it does not apply: not 1-D, not split, or no n1, n2 multiples of the pieces (then gathered).
+/// Empty when it does not apply: not 1-D, not split, no n1, n2 multiples of the pieces, or where
+/// complex_four_step_pays does not (then gathered).
 template <class R>
 std::optional<DistArray<std::complex<R>>> four_step(const DistArray<std::complex<R>>& x, bool forward, fft::Norm norm) {
   using C = std::complex<R>;
   if (x.ndim() != 1) return std::nullopt;
   const NamedSharding start = with_unreduced_axes(x.sharding(), 1, {});
   const int64_t pieces = start.num_pieces(0), n = x.shape()[0];
-  if (pieces <= 1) return std::nullopt;
+  if (!complex_four_step_pays(n, pieces)) return std::nullopt;
   const int64_t n1 = four_step_rows(n, pieces), n2 = n1 > 0 ? n / n1 : 0;
   if (n1 == 0) return std::nullopt;
   const Mesh& mesh = start.mesh();
