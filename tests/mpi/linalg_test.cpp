@@ -466,4 +466,8 @@ TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
   CHECK(host(s.sign)[0] == 0.0);
   CHECK(host(s.logabsdet)[0] == -std::numeric_limits<double>::infinity());
   CHECK(host(dax::linalg::det(zeros))[0] == 0.0);
+  // ... nor a gradient (inverted from the forward's LU factors; JAX gives infinities).
+  CHECK(dax::test::error_of([&] {
+          (void)dax::value_and_grad([](const dax::DistArray<double>& x) { return dax::linalg::slogdet(x).logabsdet; })(zeros);
+        }) == "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
 }

@@ -350,6 +350,30 @@ DistArray<T> solve_like(const char* op, const DistArray<T>& a, const DistArray<T
   return vector ? reshard(reshape(x, {x.shape()[0]}), target) : x;
 }
 
+/// The inverse in place of the LU factors lu_of_transpose left in `pa` (p?getri): inv(A^T), which
+/// reads back over the grid as inv(A), as the factors read back as A. A singular matrix (an exact
+/// zero on U's diagonal) is an error naming `op`, on every rank (the callers check U first).
+template <class T>
+void invert_lu(const BlacsGrid& grid, CyclicPiece<T>& pa, const std::vector<int>& pivots, const char* op) {
+  const int n = int(pa.m), one = 1;
+  int info = 0;
+  T work_size = 0;
+  int iwork_size = 0, query = -1;
+  dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size, &query,
+                           &info);
+  const int lwork = int_size(grid, int64_t(work_size) + 1, op, "a workspace");
+  const int liwork = std::max(iwork_size, 1);
+  std::vector<T> work(lwork);
+  std::vector<int> iwork(liwork);
+  dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), work.data(), &lwork, iwork.data(),
+                           &liwork, &info);
+  // The processes may name different zero pivots (seen at 2-8 ranks for a zero matrix): the error
+  // names none, so that every rank raises the same.
+  const int refused = agreed_info(grid, -std::min(info, 0)), singular = agreed_info(grid, std::max(info, 0));
+  DAX_CHECK(refused == 0, op, ": ScaLAPACK's p?getri refused argument ", refused);
+  DAX_CHECK(singular == 0, op, ": the matrix is singular (a zero on the diagonal of U, its LU factorization's)");
+}
+
 }  // namespace dax::detail
 
 namespace dax::linalg {
@@ -455,6 +479,7 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
   return l;
 }
 
+
 /// The inverse (numpy.linalg.inv), by LU: p?getrf then p?getri. In `out` (default: a's sharding).
 template <class T>
   requires std::is_same_v<T, float> || std::is_same_v<T, double>
@@ -470,19 +495,7 @@ DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out 
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
                               "inv");
   const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "inv", true);
-  const int n = int(pa.m), one = 1;
-  int info = 0;
-  T work_size = 0;
-  int iwork_size = 0, query = -1;
-  detail::dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size,
-                                   &query, &info);
-  const int lwork = detail::int_size(grid, int64_t(work_size) + 1, "inv", "a workspace");
-  const int liwork = std::max(iwork_size, 1);
-  std::vector<T> work(lwork);
-  std::vector<int> iwork(liwork);
-  detail::dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), work.data(), &lwork,
-                                   iwork.data(), &liwork, &info);
-  DAX_CHECK(detail::agreed_info(grid, info) == 0, "inv: ScaLAPACK's p?getri failed (info ", info, ")");
+  detail::invert_lu(grid, pa, pivots, "inv");
   DistArray<T> r = detail::from_cyclic(pa, grid, mesh, target);
   // The pullback: -inv(a)^T g inv(a)^T.
   detail::record("inv", r, [&](auto) {
@@ -535,10 +548,21 @@ SignLogDet<T> slogdet(const DistArray<T>& a) {
   const T sign = singular ? T(0) : ((counts[0] + counts[2]) % 2 == 0 ? T(1) : T(-1));
   const T logabs = singular ? -std::numeric_limits<T>::infinity() : T(log_sum);
   SignLogDet<T> out{full<T>({}, sign, scalar), full<T>({}, logabs, scalar)};
-  // The pullback of log|det a| (the sign is piecewise constant: no gradient): g inv(a)^T. A singular
-  // a has none (inv's error, where JAX gives infinities).
+  // The pullback of log|det a| (the sign is piecewise constant: no gradient): g inv(a)^T, inverted
+  // from the LU factors kept here (p?getri on a copy: no second deal and factorization). A singular
+  // a has none (an error, where JAX gives infinities).
   detail::record("slogdet", out.logabsdet, [&](auto) {
-    return [a](const DistArray<T>& g) { return detail::Cotangents{detail::AnyArray(transpose(inv(a)) * g)}; };
+    auto lu = std::make_shared<const detail::CyclicPiece<T>>(pa);
+    return [lu, pivots, mesh, singular, target = detail::with_unreduced_axes(a.sharding(), 2, {})](const DistArray<T>& g) {
+      DAX_CHECK(!singular, "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
+      const auto& grid = detail::blacs_grid(mesh);
+      detail::CyclicPiece<T> inverse = *lu;  // p?getri overwrites its input: a copy of the factors
+      const size_t bytes = size_t(std::max<int64_t>(lu->rows * lu->cols, 1)) * sizeof(T);
+      inverse.storage = detail::dev::allocate(bytes);
+      detail::dev::copy(inverse.storage->data(), lu->storage->data(), bytes);
+      detail::invert_lu(grid, inverse, pivots, "slogdet's gradient");
+      return detail::Cotangents{detail::AnyArray(transpose(detail::from_cyclic(inverse, grid, mesh, target)) * g)};
+    };
   }, a);
   return out;
 }
