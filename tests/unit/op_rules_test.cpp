@@ -403,3 +403,43 @@ TEST_CASE("matmul rule: a leaf's cotangent summed over microbatches pays its sha
     if (dax::detail::role_name(alone.candidates[i].roles[0], 0) != "K")
       CHECK(alone.candidates[i].total() == of_four.candidates[i].total());
 }
+
+TEST_CASE("matmul rule: a gathered weight's cotangent is priced at its gather's reduce-scatter",
+          "[ops][matmul][cost]") {
+  // FSDP with context parallelism: W (128, 512) stored split over 'data', gathered whole for use;
+  // one microbatch's dW = H^T @ dY over 128 tokens split over data x context. Priced as the whole
+  // reduction to the request (an all-reduce over data x context), keeping the K partial sums loses
+  // to gathering H and dY; but the gather's transpose reduces them where W is stored (a
+  // reduce-scatter over 'data', the half summed over 'context': FSDP's formula), which is cheaper.
+  const Mesh mesh({2, 2}, {"data", "context"});
+  auto s = [&](P p) { return NamedSharding(mesh, p); };
+  const Shape ht{128, 128}, dy{128, 512}, w{128, 512};
+  const NamedSharding tokens_t = s(P(dax::none, dax::axes("data", "context")));
+  const NamedSharding tokens = s(P(dax::axes("data", "context")));
+  const NamedSharding stored = s(P("data", dax::none));
+  ScopedModel scoped(dax::CostModel{5e9, 1e30});  // bytes decide
+  const auto plain = dax::detail::matmul_rule(ht, tokens_t, dy, tokens, s(P()), false, false, true, 4);
+  const auto fsdp = dax::detail::matmul_rule(ht, tokens_t, dy, tokens, s(P()), false, false, true, 4, {}, 1, &stored);
+  INFO(dax::detail::explain_matmul_rule(plain, ht, dy, 4) << dax::detail::explain_matmul_rule(fsdp, ht, dy, 4));
+  const auto k_of = [&](const dax::detail::MatmulRule& r) {
+    for (const auto& c : r.candidates)
+      if (dax::detail::role_name(c.roles[0], 0) == "K" && dax::detail::role_name(c.roles[1], 0) == "K") return c;
+    FAIL("no candidate contracting over both axes");
+    return r.best();
+  };
+  // Kept sums: the all-reduce of dW (2 x 3/4 x 65,536 elements) against the gather's reduction.
+  CHECK(k_of(plain).total() == 98304);
+  const int64_t reduce_scatter = dax::detail::reshard_move_cost(w, k_of(fsdp).target, stored).elements;
+  CHECK(reduce_scatter == 65536);  // 1/2 of dW over 'data', then 2 x 1/2 of that half over 'context'
+  CHECK(k_of(fsdp).total() == reduce_scatter);
+  // Without the destination the rule reduces nothing later: it gathers H and dY (61,440 elements)
+  // and multiplies whole. With it, keeping sums wins: the cheapest here gathers the small H and dY
+  // over 'context' and keeps the sums over 'data' for the reduce-scatter (53,248 elements).
+  CHECK_FALSE(plain.target.is_unreduced());
+  CHECK(plain.best().total() == 61440);
+  CHECK(fsdp.target == dax::detail::with_unreduced_axes(s(P()), 2, {0}));  // reduced by the gather's transpose
+  CHECK(fsdp.best().total() == 53248);
+  // Candidates whose result is whole already move nothing more to reach the stored layout.
+  for (size_t i = 0; i < plain.candidates.size(); ++i)
+    if (plain.candidates[i].target == s(P())) CHECK(plain.candidates[i].total() == fsdp.candidates[i].total());
+}

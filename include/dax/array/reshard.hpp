@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <dax/array/dist_array.hpp>
@@ -198,6 +199,14 @@ std::shared_ptr<Buffer> run_step(const StepProgram& p, const std::shared_ptr<Buf
 namespace detail {
 template <class T>
 DistArray<T> reshard_untraced(const DistArray<T>& x, const NamedSharding& target);
+
+/// After recording a move of x to `out`: its pullback moves the cotangent back to `from` (x's
+/// layout), reducing kept partial sums there; a product making that cotangent prices it so.
+template <class T>
+void note_moved_from(const DistArray<T>& out, const NamedSharding& from) {
+  if (active_tracer() != nullptr && needs_gradient(out))
+    active_tracer()->set_cotangent_destination(out.trace_id(), std::make_shared<const NamedSharding>(from));
+}
 }  // namespace detail
 
 /// `x` laid out by `target` (same mesh): the fewest bytes moved, by the planner's steps. Its
@@ -213,6 +222,7 @@ DistArray<T> reshard(const DistArray<T>& x, const NamedSharding& target,
       return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(g, from))};
     };
   }, x);
+  detail::note_moved_from(out, x.sharding());
   return out;
 }
 

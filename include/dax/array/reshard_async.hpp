@@ -67,6 +67,7 @@ class PendingArray {
         return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(g, from))};
       };
     }, s.x);
+    detail::note_moved_from(*result_, s.x.sharding());
     state_.reset();
     return *result_;
   }

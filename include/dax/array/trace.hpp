@@ -21,6 +21,7 @@ namespace dax {
 
 template <class T>
 class DistArray;
+class NamedSharding;
 
 namespace detail {
 
@@ -93,6 +94,17 @@ class Tracer {
     (void)id;
     return false;
   }
+  /// Where node `id`'s own pullback takes its cotangent, reducing kept partial sums there: a move's
+  /// (reshard's) input layout, so an FSDP weight's gradient is reduce-scattered to its stored
+  /// layout; null for other ops. A product making that cotangent prices the reduction there.
+  virtual std::shared_ptr<const NamedSharding> cotangent_destination(uint64_t id) const {
+    (void)id;
+    return nullptr;
+  }
+  virtual void set_cotangent_destination(uint64_t id, std::shared_ptr<const NamedSharding> at) {
+    (void)id;
+    (void)at;
+  }
 };
 
 /// The tracer of the gradient being taken on this thread, or null.
@@ -163,6 +175,13 @@ int64_t leaf_sums_of(const DistArray<T>& x) {
   return needs_gradient(x) && active_tracer() != nullptr && active_tracer()->is_summed_leaf(x.trace_id())
              ? leaf_sum_count()
              : 1;
+}
+
+/// Where x's cotangent is taken by the op that made x (see Tracer::cotangent_destination), or null.
+template <class T>
+std::shared_ptr<const NamedSharding> cotangent_destination_of(const DistArray<T>& x) {
+  return needs_gradient(x) && active_tracer() != nullptr ? active_tracer()->cotangent_destination(x.trace_id())
+                                                         : nullptr;
 }
 
 using Cotangents = std::vector<AnyArray>;

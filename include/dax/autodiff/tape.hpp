@@ -95,6 +95,15 @@ class Tape final : public Tracer {
     return it != index_.end() && nodes_[it->second].summed_leaf;
   }
 
+  std::shared_ptr<const NamedSharding> cotangent_destination(uint64_t id) const override {
+    const auto it = index_.find(id);
+    return it == index_.end() ? nullptr : nodes_[it->second].destination;
+  }
+  void set_cotangent_destination(uint64_t id, std::shared_ptr<const NamedSharding> at) override {
+    const auto it = index_.find(id);
+    if (it != index_.end()) nodes_[it->second].destination = std::move(at);
+  }
+
   /// A new leaf (a value gradients are taken with respect to).
   /// `summed`: its cotangents are a parameter's, added up over the backward passes of a step
   /// (LeafSums); false for an input whose cotangent goes back at once (a pipeline stage's).
@@ -273,6 +282,7 @@ class Tape final : public Tracer {
     bool collective = false;                   // in a body: runs even when no cotangent reached it
     std::shared_ptr<const std::string> site;   // the call site it was recorded at (core/call_site.hpp)
     bool summed_leaf = false;                  // a leaf whose cotangents add up over passes (watch)
+    std::shared_ptr<const NamedSharding> destination;  // where its pullback moves its cotangent (a move's)
   };
 
   /// Adds `part` to the cotangent of node `id` in `into`. A parameter's (a summed leaf's) counts as
@@ -310,7 +320,7 @@ class Tape final : public Tracer {
     const uint64_t id = next_id++ | (typing_only ? kTypingOnly : 0);
     std::shared_ptr<const std::string> site = current_site_label();  // before anything is added
     nodes_.push_back(Node{id, op, std::move(inputs), std::move(pullback), std::move(body), varying,
-                          std::move(broadcast), false, std::move(site)});
+                          std::move(broadcast), false, std::move(site), false, nullptr});
     index_.emplace(id, nodes_.size() - 1);
     return id;
   }

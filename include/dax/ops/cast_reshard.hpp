@@ -26,6 +26,7 @@ DistArray<To> cast_reshard(const DistArray<T>& x, const NamedSharding& sharding)
       return detail::Cotangents{detail::AnyArray(detail::reshard_untraced(wide, from))};
     };
   }, x);
+  detail::note_moved_from(out, x.sharding());
   return out;
 }
 
@@ -60,6 +61,7 @@ DistArray<T> reshard_in(const DistArray<T>& x, const NamedSharding& sharding) {
       }
     };
   }, x);
+  detail::note_moved_from(out, x.sharding());
   return out;
 }
 

@@ -26,17 +26,22 @@ inline RuleCache<MatmulRule>& matmul_rules() {
 
 /// While a gradient is being taken, the rule prices the product's backward too (MatmulGrad):
 /// `grad` says which operands will get cotangents.
-/// `sums`: see matmul_rule (a leaf's cotangent, summed over that many backward passes).
+/// `sums`, `reduced_at`: see matmul_rule (a cotangent summed over that many backward passes before
+/// its one reduction; a cotangent its consumer reduces at that layout).
 template <class T>
 const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
                                   const std::optional<NamedSharding>& out, bool a_vector, bool b_vector,
-                                  bool keep_unreduced = false, MatmulGrad grad = {}, int64_t sums = 1) {
+                                  bool keep_unreduced = false, MatmulGrad grad = {}, int64_t sums = 1,
+                                  const NamedSharding* reduced_at = nullptr) {
+  const int64_t present = (out ? 1 : 0) + (grad.a_reduced_at ? 2 : 0) + (grad.b_reduced_at ? 4 : 0) + (reduced_at ? 8 : 0);
   RuleKey key{2000 + a_vector + 2 * b_vector, {a.shape(), b.shape()}, {a.sharding(), b.sharding()},
-              {keep_unreduced, static_cast<int64_t>(sizeof(T)), grad.a + 2 * grad.b, grad.a_sums, grad.b_sums, sums}};
-  if (out) key.shardings.push_back(*out);
+              {keep_unreduced, static_cast<int64_t>(sizeof(T)), grad.a + 2 * grad.b, grad.a_sums, grad.b_sums, sums,
+               present}};
+  for (const NamedSharding* s : {out ? &*out : nullptr, grad.a_reduced_at.get(), grad.b_reduced_at.get(), reduced_at})
+    if (s) key.shardings.push_back(*s);
   return matmul_rules().get(std::move(key), [&] {
     return matmul_rule(a.shape(), a.sharding(), b.shape(), b.sharding(), out, a_vector, b_vector, keep_unreduced,
-                       sizeof(T), grad, sums);
+                       sizeof(T), grad, sums, reduced_at);
   });
 }
 
@@ -45,16 +50,19 @@ const MatmulRule& matmul_rule_for(const DistArray<T>& a, const DistArray<T>& b,
 template <class T>
 MatmulGrad matmul_grad(const DistArray<T>& a, const DistArray<T>& b) {
   if (!tracing(a, b)) return {};
-  return {needs_gradient(a), needs_gradient(b), leaf_sums_of(a), leaf_sums_of(b)};
+  return {needs_gradient(a), needs_gradient(b), leaf_sums_of(a), leaf_sums_of(b), cotangent_destination_of(a),
+          cotangent_destination_of(b)};
 }
 
 /// `keep_unreduced`: the result is laid out by `out`'s dimensions but partial sums over the split
 /// contraction stay unreduced (a cotangent, reduced once where its consumer needs it: DESIGN §6).
 template <class T>
 DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out,
-                       bool a_vector, bool b_vector, bool keep_unreduced = false, int64_t sums = 1) {
+                       bool a_vector, bool b_vector, bool keep_unreduced = false, int64_t sums = 1,
+                       const NamedSharding* reduced_at = nullptr) {
   const ProfiledOp profiled("matmul", a, b);
-  const MatmulRule& rule = matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced, matmul_grad(a, b), sums);
+  const MatmulRule& rule =
+      matmul_rule_for(a, b, out, a_vector, b_vector, keep_unreduced, matmul_grad(a, b), sums, reduced_at);
   const MatmulCandidate& c = rule.best();
   const DistArray<T> am = operand_to(a, c.a, "matmul"), bm = operand_to(b, c.b, "matmul");
   Runtime& rt = Runtime::current();
@@ -73,8 +81,9 @@ DistArray<T> matmul_nd(const DistArray<T>& a, const DistArray<T>& b, const std::
 /// with the contraction's partial sums left unreduced, then summed over broadcast batch dims.
 /// When both products want g moved to the same layout (g split where the forward's output was
 /// asked to be, e.g. a row-parallel output under sequence parallelism), it is moved once.
-/// `sums` (MatmulGrad's a_sums, b_sums as the forward saw them): a leaf operand's cotangent is
-/// summed over that many backward passes before its one reduction.
+/// `sums` (MatmulGrad as the forward saw it): a leaf operand's cotangent is summed over a_sums /
+/// b_sums backward passes before its one reduction; a moved operand's is reduced at a_reduced_at /
+/// b_reduced_at by its move's transpose.
 /// `split`: a split backward (zero-bubble) asks for one side now and the other in a later call
 /// with the same g; the moved g is kept there between the two calls, so it moves once then too.
 template <class T>
@@ -82,22 +91,33 @@ Cotangents matmul_cotangents(const DistArray<T>& g, const DistArray<T>& a, const
                              bool need_b, MatmulGrad sums = {}, std::optional<DistArray<T>>* split = nullptr) {
   Cotangents out(2);
   const DistArray<T> bt = transpose_last_two(b), at = transpose_last_two(a);
+  // A destination applies to a product of the operand's own shape (no broadcast batch to sum first).
+  const NamedSharding* a_at = a.ndim() == g.ndim() ? sums.a_reduced_at.get() : nullptr;
+  const NamedSharding* b_at = b.ndim() == g.ndim() ? sums.b_reduced_at.get() : nullptr;
   DistArray<T> gm = g;
   if (split && *split) {  // the first call's move
     gm = std::move(**split);
     split->reset();
   } else if ((need_a && need_b) || split) {
     const NamedSharding for_a =
-        matmul_rule_for(g, bt, a.sharding(), false, false, true, matmul_grad(g, bt), sums.a_sums).best().a;
+        matmul_rule_for(g, bt, a.sharding(), false, false, true, matmul_grad(g, bt), sums.a_sums, a_at)
+            .best()
+            .a;
     const NamedSharding for_b =
-        matmul_rule_for(at, g, b.sharding(), false, false, true, matmul_grad(at, g), sums.b_sums).best().b;
+        matmul_rule_for(at, g, b.sharding(), false, false, true, matmul_grad(at, g), sums.b_sums, b_at)
+            .best()
+            .b;
     if (for_a == for_b && !(for_a == g.sharding())) {
       gm = moved_to(g, for_a);
       if (split) *split = gm;
     }
   }
-  if (need_a) out[0] = AnyArray(sum_to(matmul_nd(gm, bt, a.sharding(), false, false, true, sums.a_sums), a.shape()));
-  if (need_b) out[1] = AnyArray(sum_to(matmul_nd(at, gm, b.sharding(), false, false, true, sums.b_sums), b.shape()));
+  if (need_a)
+    out[0] = AnyArray(sum_to(matmul_nd(gm, bt, a.sharding(), false, false, true, sums.a_sums, a_at),
+                             a.shape()));
+  if (need_b)
+    out[1] = AnyArray(sum_to(matmul_nd(at, gm, b.sharding(), false, false, true, sums.b_sums, b_at),
+                             b.shape()));
   return out;
 }
 

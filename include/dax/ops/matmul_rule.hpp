@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -31,6 +32,9 @@ struct MatmulGrad {
   // Where an operand is a leaf, the backward passes whose cotangents of it are summed before one
   // reduction (leaf_sum_count: a pipeline's microbatches): its product's share of that reduction.
   int64_t a_sums = 1, b_sums = 1;
+  // Where an operand is a move's result (an FSDP weight gathered): where that move's transpose
+  // reduces its cotangent (the stored layout), else null.
+  std::shared_ptr<const NamedSharding> a_reduced_at{}, b_reduced_at{};
   bool any() const { return a || b; }
 };
 
@@ -76,10 +80,14 @@ inline std::vector<int> ordered(const std::vector<int>& current, const std::vect
 /// `sums` (with keep_unreduced): the result is a leaf's cotangent that `sums` backward passes add
 /// to, unreduced, before it is reduced once (a pipeline's microbatches): a candidate pays 1/sums of
 /// that reduction, so a pipeline keeps partial sums where one product alone would gather instead.
+/// `reduced_at` (with keep_unreduced): the result's consumer moves it on to this layout, reducing
+/// the kept partial sums there (an FSDP weight's cotangent, reduce-scattered by its gather's
+/// transpose to the stored layout): a candidate pays its move to its target and that one, where
+/// otherwise it pays the request's whole reduction (an all-reduce).
 inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                               const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
                               bool b_vector, bool keep_unreduced = false, int64_t item_bytes = 4,
-                              MatmulGrad grad = {}, int64_t sums = 1);
+                              MatmulGrad grad = {}, int64_t sums = 1, const NamedSharding* reduced_at = nullptr);
 
 /// Shape and sharding with the last two dimensions swapped (a transpose's view, no move).
 inline std::pair<Shape, NamedSharding> swap_last_two(const Shape& shape, const NamedSharding& s) {
@@ -111,11 +119,13 @@ inline BackwardCost matmul_backward_cost(const Shape& a_shape, const NamedShardi
   };
   if (grad.a) {
     const auto [bt_shape, bt] = swap_last_two(b_shape, b);
-    add(matmul_rule(out_shape, g, bt_shape, bt, a, false, false, true, item_bytes, {}, grad.a_sums));
+    add(matmul_rule(out_shape, g, bt_shape, bt, a, false, false, true, item_bytes, {}, grad.a_sums,
+                    a_shape.size() == out_shape.size() ? grad.a_reduced_at.get() : nullptr));
   }
   if (grad.b) {
     const auto [at_shape, at] = swap_last_two(a_shape, a);
-    add(matmul_rule(at_shape, at, out_shape, g, b, false, false, true, item_bytes, {}, grad.b_sums));
+    add(matmul_rule(at_shape, at, out_shape, g, b, false, false, true, item_bytes, {}, grad.b_sums,
+                    b_shape.size() == out_shape.size() ? grad.b_reduced_at.get() : nullptr));
   }
   return cost;
 }
@@ -123,7 +133,7 @@ inline BackwardCost matmul_backward_cost(const Shape& a_shape, const NamedShardi
 inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, const Shape& b_shape,
                               const NamedSharding& b, const std::optional<NamedSharding>& requested, bool a_vector,
                               bool b_vector, bool keep_unreduced, int64_t item_bytes, MatmulGrad grad,
-                              int64_t sums) {
+                              int64_t sums, const NamedSharding* reduced_at) {
   DAX_CHECK(a.mesh() == b.mesh(), "matmul: operands must be on the same mesh, got ", to_string(a.mesh()), " and ",
             to_string(b.mesh()));
   const size_t ra = a_shape.size(), rb = b_shape.size();
@@ -215,10 +225,17 @@ inline MatmulRule matmul_rule(const Shape& a_shape, const NamedSharding& a, cons
       // Kept partial sums are still reduced later (by the consumer, or when the gradient reaches its
       // parameter): the choice counts that reduction, so a strategy that avoids it can win, while
       // the result itself moves only to c.target.
-      const MoveCost out_move =
-          reshard_move_cost(out_shape, c.out, requested && keep_unreduced ? *requested : c.target);
+      MoveCost out_move;
+      if (requested && keep_unreduced && reduced_at) {  // the result's move, then its consumer's
+        out_move = reshard_move_cost(out_shape, c.out, c.target);
+        const MoveCost later = reshard_move_cost(out_shape, c.target, *reduced_at);
+        out_move.elements += later.elements;
+        out_move.collectives += later.collectives;
+      } else {
+        out_move = reshard_move_cost(out_shape, c.out, requested && keep_unreduced ? *requested : c.target);
+      }
       c.out_cost = out_move.elements;
-      if (requested && keep_unreduced && sums > 1 && !(c.target == *requested)) {
+      if (requested && keep_unreduced && !reduced_at && sums > 1 && !(c.target == *requested)) {
         // The later reduction (from the kept partial sums to the request) runs once for `sums`
         // such products: this one pays its share.
         const int64_t later = reshard_move_cost(out_shape, c.target, *requested).elements;
