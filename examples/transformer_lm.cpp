@@ -320,6 +320,13 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
     report.fsdp_formula = m * (lm::compute_share(c) + 1) * (n_data - 1) / n_data * pieces;
     // With --cp each microbatch's reduce-scattered shard is summed over 'context' too.
     report.data_formula = m * 2 * (n_context - 1) / n_context * pieces / n_data;
+    if (sp) {  // and the sequence-summed ones' shards over 'model' (with --cp, context x model at once)
+      const double sequence_shard = replicated_over_model / n_data, n_cm = n_context * n_model;
+      if (here.context())
+        report.data_formula += m * (2 * (n_cm - 1) / n_cm - 2 * (n_context - 1) / n_context) * sequence_shard;
+      else
+        report.megatron_formula += m * 2 * (n_model - 1) / n_model * sequence_shard;
+    }
   } else {  // the gradients summed over the tokens of data x context, once a step
     report.data_formula = lm::data_parallel_formula(n_tokens, sp || c.experts > 0 ? n_model : 1, pieces,
                                                     sp || c.experts > 0 ? replicated_over_model : 0);
@@ -463,9 +470,6 @@ Options parse_options(int argc, char** argv, int ranks) {
     why << (o.cp > 1 ? "--cp " + std::to_string(o.cp) + (o.pp > 1 ? " x " : "") : "")
         << (o.pp > 1 || o.cp == 1 ? "--pp " + std::to_string(o.pp) : "") << " does not divide the job's " << ranks << " ranks; ";
   if (o.cp > 1) {  // ring attention over 'context'
-    if (o.pp > 1 && o.fsdp)  // (docs/training.md, "Not yet")
-      why << "--pp with --cp and --fsdp is not offered yet (in its backward the MLP weights' gradients are split "
-             "over data x context, then gathered whole before FSDP's reduce-scatter: more bytes than its formula); ";
     if (c.seq % (2 * o.cp) != 0)
       why << "--cp " << o.cp << " needs --seq (" << c.seq << ") to divide into 2 x " << o.cp << " zigzag chunks; ";
   }
@@ -501,8 +505,6 @@ Options parse_options(int argc, char** argv, int ranks) {
       why << "the model axis (" << o.model << ") must divide --heads " << c.heads << "; ";
     if (o.model > 0 && c.vocab % o.model != 0)
       why << "the model axis (" << o.model << ") must divide the vocabulary (" << c.vocab << "); ";
-    if (o.sp && o.fsdp)
-      why << "--sp with --fsdp is not offered yet (its bytes are not checked); ";
     if (o.moe > 0) {
       const int64_t rows = c.tokens() / o.microbatches, groups = o.data * (o.sp ? o.model : 1);
       if (o.fsdp) why << "--moe with --fsdp is not offered yet (the experts are split over 'data' already); ";

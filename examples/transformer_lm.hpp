@@ -612,6 +612,17 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   // over 'context' (HSDP's replica all-reduce): 2(c-1)/c of it.
   if (layout.fsdp)
     b.formula.data_parallel = 2 * (n_context - 1) / n_context * pieces_bytes / static_cast<double>(n_data);
+  // FSDP with SP: the sequence-summed parameters' shards (1/data of them, after the reduce-scatter
+  // over 'data') are summed over 'model' too, where their tokens were split: alone (counted with
+  // the all-reduces over 'model'), or with --cp together with 'context', in one all-reduce.
+  if (layout.fsdp && layout.sp) {
+    const double sequence_shard = sequence_summed_bytes(params) / static_cast<double>(n_data);
+    const double n_cm = n_context * n_model;
+    if (layout.context())
+      b.formula.data_parallel += 2 * (n_cm - 1) / n_cm * sequence_shard - 2 * (n_context - 1) / n_context * sequence_shard;
+    else
+      b.formula.megatron += 2 * (n_model - 1) / n_model * sequence_shard;
+  }
   const bool weights_ok = (!layout.fsdp || std::abs(b.fsdp - b.formula.fsdp) <= BytesCheck::tolerance) &&
                           std::abs(b.data_parallel - b.formula.data_parallel) <= BytesCheck::tolerance;
   // Megatron all-reduces every activation; with many tokens per device the planner moves the
