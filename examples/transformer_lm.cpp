@@ -320,12 +320,10 @@ Run train_pipelined(const lm::Config& c, const dax::Mesh& mesh, bool fsdp, bool 
     report.fsdp_formula = m * (lm::compute_share(c) + 1) * (n_data - 1) / n_data * pieces;
     // With --cp each microbatch's reduce-scattered shard is summed over 'context' too.
     report.data_formula = m * 2 * (n_context - 1) / n_context * pieces / n_data;
-    if (sp) {  // and the sequence-summed ones' shards over 'model' (with --cp, context x model at once)
-      const double sequence_shard = replicated_over_model / n_data, n_cm = n_context * n_model;
-      if (here.context())
-        report.data_formula += m * (2 * (n_cm - 1) / n_cm - 2 * (n_context - 1) / n_context) * sequence_shard;
-      else
-        report.megatron_formula += m * 2 * (n_model - 1) / n_model * sequence_shard;
+    if (sp) {  // and the sequence-summed ones' shards over 'model', every microbatch
+      const auto sums = lm::fsdp_sequence_sums(replicated_over_model, n_data, n_context, n_model);
+      report.megatron_formula += m * sums.over_model;
+      report.data_formula += m * sums.with_gradients;
     }
   } else {  // the gradients summed over the tokens of data x context, once a step
     report.data_formula = lm::data_parallel_formula(n_tokens, sp || c.experts > 0 ? n_model : 1, pieces,

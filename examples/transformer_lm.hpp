@@ -533,6 +533,19 @@ inline double gradient_reduce_bytes(const dax::CommStats& stats) {
   return bytes;
 }
 
+/// FSDP with SP, once per backward: the sequence-summed parameters' shards (1/data of `sequence_bytes`
+/// after the reduce-scatter) summed over 'model' too, where SP split their tokens: alone (counted
+/// with the all-reduces over 'model'), or with --cp (n_context > 1) in one all-reduce over context x
+/// model (with the gradients' sums, less the context-only sum FSDP's formula already counts).
+struct SequenceSums {
+  double over_model = 0, with_gradients = 0;
+};
+inline SequenceSums fsdp_sequence_sums(double sequence_bytes, double n_data, double n_context, double n_model) {
+  const double shard = sequence_bytes / n_data, n_cm = n_context * n_model;
+  if (n_context > 1) return {0, (2 * (n_cm - 1) / n_cm - 2 * (n_context - 1) / n_context) * shard};
+  return {2 * (n_model - 1) / n_model * shard, 0};
+}
+
 /// One training step's bytes (dax::comm_stats of the step) next to the formulas, for this device.
 struct BytesCheck {
   double megatron = 0;       // all-reduces over 'model', less the cross-entropy's
@@ -616,12 +629,9 @@ inline BytesCheck check_step_bytes(const Config& c, const Layout& layout, const 
   // over 'data') are summed over 'model' too, where their tokens were split: alone (counted with
   // the all-reduces over 'model'), or with --cp together with 'context', in one all-reduce.
   if (layout.fsdp && layout.sp) {
-    const double sequence_shard = sequence_summed_bytes(params) / static_cast<double>(n_data);
-    const double n_cm = n_context * n_model;
-    if (layout.context())
-      b.formula.data_parallel += 2 * (n_cm - 1) / n_cm * sequence_shard - 2 * (n_context - 1) / n_context * sequence_shard;
-    else
-      b.formula.megatron += 2 * (n_model - 1) / n_model * sequence_shard;
+    const auto sums = fsdp_sequence_sums(sequence_summed_bytes(params), static_cast<double>(n_data), n_context, n_model);
+    b.formula.megatron += sums.over_model;
+    b.formula.data_parallel += sums.with_gradients;
   }
   const bool weights_ok = (!layout.fsdp || std::abs(b.fsdp - b.formula.fsdp) <= BytesCheck::tolerance) &&
                           std::abs(b.data_parallel - b.formula.data_parallel) <= BytesCheck::tolerance;
