@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <complex>
 #include <functional>
 #include <random>
 #include <vector>
@@ -70,6 +71,47 @@ inline std::vector<std::vector<double>> check_against_differences(const Loss& lo
     if (member) CHECK(analytic == Approx(numeric).epsilon(1e-6).margin(1e-7));
   }
   return g;
+}
+
+// Gradients through complex values, in JAX's convention: the gradient of a real loss L of complex
+// z is dL/dRe(z) - i dL/dIm(z) (tests/mpi/complex_grad_test.cpp, linalg_test.cpp).
+
+/// The loss's value as a host number (0 on a rank outside its mesh, which checks nothing).
+inline double value_of(const DistArray<double>& loss) { return loss.is_addressable() ? loss.to_host()[0] : 0.0; }
+
+/// Checks value_and_grad of `loss` at the complex leaves `values` (each of `shapes[i]`, placed by
+/// `where[i]`) against central differences of both parts of every element.
+inline void check_complex_gradient(
+    const std::function<DistArray<double>(const std::vector<DistArray<complex128>>&)>& loss,
+    const std::vector<std::vector<complex128>>& values, const std::vector<Shape>& shapes,
+    const std::vector<NamedSharding>& where, double tolerance = 1e-7) {
+  auto place = [&](const std::vector<std::vector<complex128>>& v) {
+    std::vector<DistArray<complex128>> leaves;
+    for (size_t i = 0; i < v.size(); ++i) leaves.push_back(dax::device_put(v[i], shapes[i], where[i]));
+    return leaves;
+  };
+  const auto [value, grads] = dax::value_and_grad(loss)(place(values));
+  CHECK(value_of(value) == Approx(value_of(loss(place(values)))).epsilon(1e-12));
+  const double h = 1e-6;
+  const bool here = value.is_addressable();  // the ranks outside the mesh run the same steps, check nothing
+  for (size_t i = 0; i < values.size(); ++i) {
+    CHECK(grads[i].sharding() == where[i]);
+    const auto got = here ? grads[i].to_host() : std::vector<complex128>(values[i].size());
+    for (size_t e = 0; e < values[i].size(); ++e) {
+      double parts[2];
+      for (int part = 0; part < 2; ++part) {
+        const complex128 step = part == 0 ? complex128(h, 0) : complex128(0, h);
+        auto up = values, down = values;
+        up[i][e] += step;
+        down[i][e] -= step;
+        parts[part] = (value_of(loss(place(up))) - value_of(loss(place(down)))) / (2 * h);
+      }
+      INFO("leaf " << i << ", element " << e);
+      if (!here) continue;
+      CHECK(got[e].real() == Approx(parts[0]).margin(tolerance));
+      CHECK(got[e].imag() == Approx(-parts[1]).margin(tolerance));
+    }
+  }
 }
 
 }  // namespace dax::test

@@ -471,3 +471,190 @@ TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
           (void)dax::value_and_grad([](const dax::DistArray<double>& x) { return dax::linalg::slogdet(x).logabsdet; })(zeros);
         }) == "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
 }
+
+namespace {
+
+using dax::complex128;
+
+/// A random n x k complex matrix, both parts in [-1, 1), row-major, in double.
+std::vector<complex128> random_complex_matrix(int64_t n, int64_t k, unsigned seed) {
+  return dax::test::random_complex<complex128>(n * k, seed);
+}
+
+/// m m^H + n I: Hermitian positive definite, well conditioned.
+std::vector<complex128> hpd(int64_t n, unsigned seed) {
+  const auto m = random_complex_matrix(n, n, seed);
+  std::vector<complex128> a(n * n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      complex128 s = i == j ? double(n) : 0;
+      for (int64_t l = 0; l < n; ++l) s += m[i * n + l] * std::conj(m[j * n + l]);
+      a[i * n + j] = s;
+    }
+  return a;
+}
+
+/// L with a = L L^H on the host (Cholesky-Banachiewicz).
+std::vector<complex128> host_cholesky_c(const std::vector<complex128>& a, int64_t n) {
+  std::vector<complex128> l(n * n, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) {
+      complex128 s = a[i * n + j];
+      for (int64_t k = 0; k < j; ++k) s -= l[i * n + k] * std::conj(l[j * n + k]);
+      l[i * n + j] = i == j ? complex128(std::sqrt(s.real())) : s / l[j * n + j];
+    }
+  return l;
+}
+
+/// a x = b by elimination with partial pivoting on the host (b is n x k); the determinant of a in
+/// `det` when asked.
+std::vector<complex128> host_solve_c(std::vector<complex128> a, std::vector<complex128> b, int64_t n, int64_t k,
+                                     complex128* det = nullptr) {
+  complex128 d = 1;
+  for (int64_t c = 0; c < n; ++c) {
+    int64_t p = c;
+    for (int64_t r = c + 1; r < n; ++r)
+      if (std::abs(a[r * n + c]) > std::abs(a[p * n + c])) p = r;
+    if (p != c) d = -d;
+    for (int64_t j = 0; j < n; ++j) std::swap(a[c * n + j], a[p * n + j]);
+    for (int64_t j = 0; j < k; ++j) std::swap(b[c * k + j], b[p * k + j]);
+    d *= a[c * n + c];
+    for (int64_t r = c + 1; r < n; ++r) {
+      const complex128 f = a[r * n + c] / a[c * n + c];
+      for (int64_t j = c; j < n; ++j) a[r * n + j] -= f * a[c * n + j];
+      for (int64_t j = 0; j < k; ++j) b[r * k + j] -= f * b[c * k + j];
+    }
+  }
+  for (int64_t c = n - 1; c >= 0; --c)
+    for (int64_t j = 0; j < k; ++j) {
+      complex128 s = b[c * k + j];
+      for (int64_t l = c + 1; l < n; ++l) s -= a[c * n + l] * b[l * k + j];
+      b[c * k + j] = s / a[c * n + c];
+    }
+  if (det) *det = d;
+  return b;
+}
+
+/// The largest |got - want| relative to the largest |want| (0 on a rank outside the mesh).
+template <class C>
+double complex_error(const std::vector<C>& got, const std::vector<complex128>& want) {
+  if (got.empty()) return 0;
+  REQUIRE(got.size() == want.size());
+  double e = 0, s = 1e-300;
+  for (size_t i = 0; i < got.size(); ++i) {
+    e = std::max(e, std::abs(complex128(got[i]) - want[i]));
+    s = std::max(s, std::abs(want[i]));
+  }
+  return e / s;
+}
+
+template <class C>
+std::vector<C> narrow_complex(const std::vector<complex128>& v) {
+  return std::vector<C>(v.begin(), v.end());
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, slogdet and det against the host",
+                   "[linalg][complex]", dax::complex64, dax::complex128) {
+  using C = TestType;
+  using R = typename C::value_type;
+  const double tol = std::is_same_v<R, float> ? 1e-4 : 1e-11;
+  Pick pick(36);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 1 + int64_t(pick(30)), k = 1 + int64_t(pick(4));
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sb = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " k " << k << " " << dax::to_string(sa) << " " << dax::to_string(sb));
+    // Cholesky of a Hermitian matrix: its lower triangle and its diagonal's real part are read.
+    auto h = hpd(n, 300 + trial);
+    const auto want_l = host_cholesky_c(h, n);
+    for (int64_t i = 0; i < n; ++i) {
+      h[i * n + i] += complex128(0, 5);  // not read
+      for (int64_t j = i + 1; j < n; ++j) h[i * n + j] = 7;  // not read
+    }
+    const auto l = host(dax::linalg::cholesky(dax::device_put(narrow_complex<C>(h), {n, n}, sa)));
+    CHECK(complex_error(l, want_l) <= tol * double(n));
+    for (int64_t i = 0; i < n && !l.empty(); ++i)
+      for (int64_t j = i + 1; j < n; ++j) CHECK(l[i * n + j] == C(0));
+    // solve, and the determinant from the same elimination.
+    auto a = random_complex_matrix(n, n, 310 + trial);
+    for (int64_t i = 0; i < n; ++i) a[i * n + i] += complex128(2, trial % 2 ? -1 : 1);
+    const auto b = random_complex_matrix(n, k, 320 + trial);
+    complex128 want_det;
+    const auto want_x = host_solve_c(a, b, n, k, &want_det);
+    const auto da = dax::device_put(narrow_complex<C>(a), {n, n}, sa);
+    const auto db = dax::device_put(narrow_complex<C>(b), {n, k}, sb);
+    const auto x = dax::linalg::solve(da, db);
+    CHECK(x.sharding() == sb);
+    CHECK(complex_error(host(x), want_x) <= tol * double(n));
+    for (bool lower : {true, false}) {
+      std::vector<complex128> t(n * n, 0.0);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          if (lower ? j <= i : j >= i) t[i * n + j] = a[i * n + j];
+      CHECK(complex_error(host(dax::linalg::triangular_solve(da, db, lower)), host_solve_c(t, b, n, k)) <=
+            tol * double(n));
+    }
+    // inv: a inv(a) = I.
+    const auto ai = host(dax::linalg::inv(da));
+    if (!ai.empty()) {
+      std::vector<complex128> prod(n * n, 0.0), eye(n * n, 0.0);
+      for (int64_t i = 0; i < n; ++i) eye[i * n + i] = 1;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t q = 0; q < n; ++q) prod[i * n + j] += a[i * n + q] * complex128(ai[q * n + j]);
+      CHECK(complex_error(prod, eye) <= tol * double(n));
+    }
+    // slogdet: a complex sign of modulus 1 and a real log |det|; det their product.
+    const auto sl = dax::linalg::slogdet(da);
+    static_assert(std::is_same_v<decltype(sl.logabsdet), dax::DistArray<R>>);
+    const auto sign = host(sl.sign), logabs = host(sl.logabsdet), d = host(dax::linalg::det(da));
+    if (!sign.empty()) {
+      CHECK(std::abs(complex128(sign[0]) - want_det / std::abs(want_det)) <= tol * double(n));
+      CHECK(std::abs(double(logabs[0]) - std::log(std::abs(want_det))) <= tol * double(n) * std::max(1.0, std::log(std::abs(want_det))));
+      CHECK(std::abs(complex128(d[0]) - want_det) <= tol * double(n) * std::abs(want_det));
+    }
+  }
+}
+
+TEST_CASE("gradients of complex cholesky, solve, triangular_solve, inv, slogdet and det equal central differences",
+          "[linalg][complex][autodiff]") {
+  using dax::DistArray;
+  using Leaves = std::vector<DistArray<complex128>>;
+  Pick pick(37);
+  for (int trial = 0; trial < 3; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 2 + int64_t(pick(3)), k = 1 + int64_t(pick(2));
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sb = random_sharding(pick, mesh, 2);
+    const NamedSharding sc = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " k " << k << " " << dax::to_string(sa) << " " << dax::to_string(sb));
+    auto a = random_complex_matrix(n, n, 330 + trial);
+    for (int64_t i = 0; i < n; ++i) a[i * n + i] += complex128(3, 1);
+    const auto b = random_complex_matrix(n, k, 340 + trial);
+    const auto w_nn = dax::device_put(random_complex_matrix(n, n, 350 + trial), {n, n}, sc);
+    const auto w_nk = dax::device_put(random_complex_matrix(n, k, 360 + trial), {n, k}, sc);
+    const auto w = dax::device_put(random_complex_matrix(1, 1, 370 + trial), {}, NamedSharding(mesh, P()));
+    // A real loss of a complex result: Re sum(f * w), which reaches both parts of f.
+    const auto re_sum = [](const DistArray<complex128>& f, const DistArray<complex128>& weights) {
+      return dax::sum(dax::real(f * weights));
+    };
+    // Cholesky reads a's lower triangle and its diagonal's real part: differences in the rest are 0.
+    dax::test::check_complex_gradient([&](const Leaves& p) { return re_sum(dax::linalg::cholesky(p[0]), w_nn); },
+                                      {hpd(n, 380 + trial)}, {{n, n}}, {sa});
+    dax::test::check_complex_gradient([&](const Leaves& p) { return re_sum(dax::linalg::solve(p[0], p[1]), w_nk); },
+                                      {a, b}, {{n, n}, {n, k}}, {sa, sb});
+    for (bool lower : {true, false})
+      dax::test::check_complex_gradient(
+          [&](const Leaves& p) { return re_sum(dax::linalg::triangular_solve(p[0], p[1], lower), w_nk); }, {a, b},
+          {{n, n}, {n, k}}, {sa, sb});
+    dax::test::check_complex_gradient([&](const Leaves& p) { return re_sum(dax::linalg::inv(p[0]), w_nn); }, {a},
+                                      {{n, n}}, {sa});
+    dax::test::check_complex_gradient([&](const Leaves& p) { return dax::linalg::slogdet(p[0]).logabsdet; }, {a},
+                                      {{n, n}}, {sa});
+    dax::test::check_complex_gradient([&](const Leaves& p) { return re_sum(dax::linalg::slogdet(p[0]).sign, w); }, {a},
+                                      {{n, n}}, {sa});
+    dax::test::check_complex_gradient([&](const Leaves& p) { return re_sum(dax::linalg::det(p[0]), w); }, {a},
+                                      {{n, n}}, {sa});
+  }
+}

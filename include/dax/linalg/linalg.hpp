@@ -2,11 +2,13 @@
 // every device of its mesh (the planner's fewest bytes), dealt into ScaLAPACK's block-cyclic layout
 // on a process grid made from the mesh (one all-to-all), factored or solved there, and brought back
 // the same way to the sharding asked for (the input's by default). Errors (not positive definite,
-// singular) are dax::Errors on every rank. float and double; docs/numerics.md.
+// singular) are dax::Errors on every rank. float and double; complex64 and complex128 for the
+// factorizations and solves (cholesky, solve, triangular_solve, inv, slogdet, det); docs/numerics.md.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <limits>
 #include <map>
 #include <memory>
@@ -20,6 +22,7 @@
 #include <dax/array/reshard.hpp>
 #include <dax/array/trace.hpp>
 #include <dax/array/transpose.hpp>
+#include <dax/ops/complex.hpp>
 #include <dax/ops/elementwise.hpp>
 #include <dax/ops/join.hpp>
 #include <dax/ops/matmul.hpp>
@@ -30,6 +33,18 @@
 #include <dax/linalg/block_cyclic.hpp>
 
 namespace dax::detail {
+
+/// The element types of the factorizations and solves: real and complex, single and double.
+template <class T>
+concept solver_type = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, complex64> ||
+                      std::is_same_v<T, complex128>;
+
+/// x^H: the conjugate transpose (the transpose for a real x).
+template <class T>
+DistArray<T> adjoint(const DistArray<T>& x) {
+  if constexpr (is_complex_v<T>) return dax::conj(transpose(x));
+  else return transpose(x);
+}
 
 /// How a matrix is dealt over a BLACS grid, seen from the matrix: `prows` grid rows take its block
 /// rows, `pcols` grid columns its block columns; this rank is at (myrow, mycol); group rank of the
@@ -361,7 +376,7 @@ void invert_lu(const BlacsGrid& grid, CyclicPiece<T>& pa, const std::vector<int>
   int iwork_size = 0, query = -1;
   dev::Scalapack<T>::getri(&n, pa.data(), &one, &one, pa.desc, pivots.data(), &work_size, &query, &iwork_size, &query,
                            &info);
-  const int lwork = int_size(grid, int64_t(work_size) + 1, op, "a workspace");
+  const int lwork = int_size(grid, int64_t(std::real(work_size)) + 1, op, "a workspace");
   const int liwork = std::max(iwork_size, 1);
   std::vector<T> work(lwork);
   std::vector<int> iwork(liwork);
@@ -381,7 +396,7 @@ namespace dax::linalg {
 /// x with a x = b (numpy.linalg.solve) by LU with partial pivoting; b is (n, k) or (n,). In `out`
 /// (default: b's sharding).
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("solve", a, b);
   // A^T factored, then A x = b as (A^T)^T x = b.
@@ -408,7 +423,7 @@ DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::opti
 /// x with a x = b for a triangular `a` (jax.scipy.linalg.solve_triangular with lower = `lower`);
 /// the other triangle of a is not read. b is (n, k) or (n,); in `out` (default: b's sharding).
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool lower = true,
                               const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("triangular_solve", a, b);
@@ -435,10 +450,11 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
   return x;
 }
 
-/// The lower-triangular L with a = L L^T (numpy.linalg.cholesky; zeros above the diagonal), for a
-/// symmetric positive definite `a`; only its lower triangle is read. In `out` (default: a's sharding).
+/// The lower-triangular L with a = L L^H (numpy.linalg.cholesky; zeros above the diagonal), for a
+/// symmetric (Hermitian) positive definite `a`; only its lower triangle is read (and of its
+/// diagonal only the real part). In `out` (default: a's sharding).
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("cholesky", a);
   detail::check_square(a, "cholesky");
@@ -448,7 +464,8 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
   if (a.shape()[0] == 0) return reshard(a, target);
   const auto& grid = detail::blacs_grid(mesh);
   // A's row-major pieces over the normal grid are A^T's column-major ones over the transposed grid
-  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L).
+  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L). Complex: A^T is
+  // conj(A), Hermitian too; its U has U^H U = A^T, so U^T, which reads back, has U^T conj(U) = A.
   auto piece = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t,
                                  detail::block_size(a.shape()[0], grid.shape), "cholesky");
   const int n = int(piece.m), one = 1;
@@ -464,16 +481,18 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
   DistArray<T> l = detail::from_cyclic(piece, grid, mesh, target);
   // The pullback (Murray 2016, for a read from the lower triangle): with G = tril(g) and Phi the
   // lower triangle with the diagonal halved, M = L^-T Phi(L^T G) L^-1, and the cotangent of a's
-  // lower triangle is Phi(M + M^T) (zero above: that triangle is not read).
+  // lower triangle is Phi(M + M^T) (zero above: that triangle is not read). Complex, in JAX's
+  // convention (cotangents pair with changes as Re sum(g * da)): M = L^-T Phi(L^T G) conj(L)^-1 and
+  // Phi(M + M^H), since a's lower entry is also its upper one conjugated; docs/numerics.md.
   detail::record("cholesky", l, [&](auto) {
     return [l](const DistArray<T>& g) {
       const int64_t n = l.shape()[0];
       const auto phi = detail::triangle_mask<T>(n, l.sharding(), T(1), T(0.5));
       const auto lt = transpose(l);
       const auto p = matmul(lt, g * detail::triangle_mask<T>(n, l.sharding(), T(1), T(1))) * phi;
-      const auto x = triangular_solve(lt, p, false);                           // L^-T P
-      const auto m = transpose(triangular_solve(lt, transpose(x), false));     // (L^-T X^T)^T = X L^-1
-      return detail::Cotangents{detail::AnyArray((m + transpose(m)) * phi)};
+      const auto x = triangular_solve(lt, p, false);                                    // L^-T P
+      const auto m = transpose(triangular_solve(detail::adjoint(l), transpose(x), false));  // (L^-H X^T)^T = X conj(L)^-1
+      return detail::Cotangents{detail::AnyArray((m + detail::adjoint(m)) * phi)};
     };
   }, a);
   return l;
@@ -482,7 +501,7 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
 
 /// The inverse (numpy.linalg.inv), by LU: p?getrf then p?getri. In `out` (default: a's sharding).
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("inv", a);
   detail::check_square(a, "inv");
@@ -507,72 +526,101 @@ DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out 
   return r;
 }
 
-/// numpy.linalg.slogdet: the sign (+1, -1, or 0 for a singular matrix) and log |det a|, each a
-/// scalar replicated over a's mesh; log |det a| differentiates (det through it).
+/// numpy.linalg.slogdet: the sign (+1, -1, or 0 for a singular matrix; for a complex matrix a
+/// complex number of modulus 1, or 0) and log |det a| (real for a complex matrix, as NumPy's), each
+/// a scalar replicated over a's mesh; log |det a| differentiates, and a complex matrix's sign too
+/// (det through both).
 template <class T>
 struct SignLogDet {
-  DistArray<T> sign, logabsdet;
+  DistArray<T> sign;
+  DistArray<detail::real_t<T>> logabsdet;
 };
 
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 SignLogDet<T> slogdet(const DistArray<T>& a) {
+  using R = detail::real_t<T>;
   const detail::ProfiledOp profiled("slogdet", a);
   detail::check_square(a, "slogdet");
   const Mesh& mesh = a.sharding().mesh();
   const NamedSharding scalar(mesh, P());
-  if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({}, scalar, nullptr), DistArray<T>({}, scalar, nullptr)};
-  if (a.shape()[0] == 0) return {full<T>({}, T(1), scalar), full<T>({}, T(0), scalar)};
+  if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({}, scalar, nullptr), DistArray<R>({}, scalar, nullptr)};
+  if (a.shape()[0] == 0) return {full<T>({}, T(1), scalar), full<R>({}, R(0), scalar)};
   const auto& grid = detail::blacs_grid(mesh);
   // det(A^T) = det(A): A^T's LU over the transposed grid.
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
                               "slogdet");
   const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "slogdet", false);
   // This rank's diagonal of U (each entry on exactly one rank) and, on one grid row, its share of
-  // the row swaps (A^T's pivots, one per local row of A^T, i.e. per local column of A here).
-  double log_sum = 0;
-  int64_t counts[3] = {0, 0, 0};  // negative diagonal entries, zero ones, swaps
+  // the row swaps (A^T's pivots, one per local row of A^T, i.e. per local column of A here). A
+  // complex matrix's sign is the product of the entries' phases: their arguments summed (mod 2 pi).
+  double sums[2] = {0, 0};        // log |u| and, complex, arg u summed
+  int64_t counts[3] = {0, 0, 0};  // negative diagonal entries (real), zero ones, swaps
   for (int64_t c = 0; c < pa.cols; ++c) {
     const int64_t j = pa.global_col(c);
     if (grid.row == 0 && pivots[c] != j + 1) ++counts[2];
     if (detail::block_owner(j, pa.nb, pa.view.prows) == pa.view.myrow) {  // U(j, j) is here: at its local row, found by index math
-      const double u = double(pa.at(detail::block_local(j, pa.nb, pa.view.prows), c));
-      if (u == 0) ++counts[1];
-      else log_sum += std::log(std::abs(u));
-      if (u < 0) ++counts[0];
+      const T u = pa.at(detail::block_local(j, pa.nb, pa.view.prows), c);
+      if (u == T(0)) ++counts[1];
+      else sums[0] += std::log(double(std::abs(u)));
+      if constexpr (detail::is_complex_v<T>) sums[1] += double(std::arg(u));
+      else if (u < 0) ++counts[0];
     }
   }
-  grid.group->all_reduce(nullptr, &log_sum, 1, DType::float64, detail::ReduceOp::sum);
+  grid.group->all_reduce(nullptr, sums, 2, DType::float64, detail::ReduceOp::sum);
   grid.group->all_reduce(nullptr, counts, 3, DType::int64, detail::ReduceOp::sum);
   const bool singular = counts[1] > 0;  // an exact zero on U's diagonal (p?getrf's info > 0)
-  const T sign = singular ? T(0) : ((counts[0] + counts[2]) % 2 == 0 ? T(1) : T(-1));
-  const T logabs = singular ? -std::numeric_limits<T>::infinity() : T(log_sum);
-  SignLogDet<T> out{full<T>({}, sign, scalar), full<T>({}, logabs, scalar)};
-  // The pullback of log|det a| (the sign is piecewise constant: no gradient): g inv(a)^T, inverted
-  // from the LU factors kept here (p?getri on a copy: no second deal and factorization). A singular
-  // a has none (an error, where JAX gives infinities).
+  const R flip = (counts[0] + counts[2]) % 2 == 0 ? R(1) : R(-1);
+  T sign = singular ? T(0) : T(flip);
+  if constexpr (detail::is_complex_v<T>)
+    if (!singular) sign = flip * T(std::polar(R(1), R(std::remainder(sums[1], 2 * 3.14159265358979323846))));
+  const R logabs = singular ? -std::numeric_limits<R>::infinity() : R(sums[0]);
+  SignLogDet<T> out{full<T>({}, sign, scalar), full<R>({}, logabs, scalar)};
+  // The pullbacks. log|det a|'s: g inv(a)^T, inverted from the LU factors kept here (p?getri on a
+  // copy: no second deal and factorization). A real sign is piecewise constant (none); a complex
+  // one, e^(i theta) with d theta = Im tr(inv(a) da), gives i Im(g sign) inv(a)^T in JAX's
+  // convention (the two add up to det's g det inv(a)^T through det = sign exp(logabsdet)). A
+  // singular a has none (an error, where JAX gives infinities).
+  auto lu = std::make_shared<const detail::CyclicPiece<T>>(pa);
+  const auto inverse_transposed = [lu, pivots, mesh, singular,
+                                   target = detail::with_unreduced_axes(a.sharding(), 2, {})]() {
+    DAX_CHECK(!singular, "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
+    const auto& grid = detail::blacs_grid(mesh);
+    detail::CyclicPiece<T> inverse = *lu;  // p?getri overwrites its input: a copy of the factors
+    const size_t bytes = size_t(std::max<int64_t>(lu->rows * lu->cols, 1)) * sizeof(T);
+    inverse.storage = detail::dev::allocate(bytes);
+    detail::dev::copy(inverse.storage->data(), lu->storage->data(), bytes);
+    detail::invert_lu(grid, inverse, pivots, "slogdet's gradient");
+    return transpose(detail::from_cyclic(inverse, grid, mesh, target));
+  };
   detail::record("slogdet", out.logabsdet, [&](auto) {
-    auto lu = std::make_shared<const detail::CyclicPiece<T>>(pa);
-    return [lu, pivots, mesh, singular, target = detail::with_unreduced_axes(a.sharding(), 2, {})](const DistArray<T>& g) {
-      DAX_CHECK(!singular, "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
-      const auto& grid = detail::blacs_grid(mesh);
-      detail::CyclicPiece<T> inverse = *lu;  // p?getri overwrites its input: a copy of the factors
-      const size_t bytes = size_t(std::max<int64_t>(lu->rows * lu->cols, 1)) * sizeof(T);
-      inverse.storage = detail::dev::allocate(bytes);
-      detail::dev::copy(inverse.storage->data(), lu->storage->data(), bytes);
-      detail::invert_lu(grid, inverse, pivots, "slogdet's gradient");
-      return detail::Cotangents{detail::AnyArray(transpose(detail::from_cyclic(inverse, grid, mesh, target)) * g)};
+    return [inverse_transposed](const DistArray<R>& g) {
+      if constexpr (detail::is_complex_v<T>)
+        return detail::Cotangents{detail::AnyArray(inverse_transposed() * dax::complex(g, zeros<R>({}, g.sharding())))};
+      else return detail::Cotangents{detail::AnyArray(inverse_transposed() * g)};
     };
   }, a);
+  if constexpr (detail::is_complex_v<T>)
+    detail::record("slogdet", out.sign, [&](auto) {
+      return [inverse_transposed, sign_array = out.sign](const DistArray<T>& g) {
+        const auto turn = dax::complex(zeros<R>({}, g.sharding()), imag(g * sign_array));  // i Im(g sign)
+        return detail::Cotangents{detail::AnyArray(inverse_transposed() * turn)};
+      };
+    }, a);
   return out;
 }
 
 /// The determinant (numpy.linalg.det): sign * exp(logabsdet) of slogdet, a replicated scalar.
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 DistArray<T> det(const DistArray<T>& a) {
   const auto s = slogdet(a);
-  return s.sign * exp(s.logabsdet);
+  if constexpr (detail::is_complex_v<T>) {
+    const auto magnitude = exp(s.logabsdet);
+    return s.sign * dax::complex(magnitude, zeros<detail::real_t<T>>({}, magnitude.sharding()));
+  } else {
+    return s.sign * exp(s.logabsdet);
+  }
 }
 
 /// numpy.linalg.eigh: eigenvalues ascending (a replicated (n,) array) and eigenvectors as columns

@@ -3,6 +3,8 @@
 // The program links it (CMake: dax::linalg; by hand: -lscalapack-openmpi).
 #pragma once
 
+#include <complex>
+
 #include <dax/core/mpi.hpp>
 
 extern "C" {
@@ -57,6 +59,22 @@ void pdtrsm_(const char* side, const char* uplo, const char* transa, const char*
 void pstrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
              const float* alpha, const float* a, const int* ia, const int* ja, const int* desca, float* b,
              const int* ib, const int* jb, const int* descb);
+// The complex routines dax::linalg takes complex matrices to (p[cz]: complex64, complex128; the
+// element pointers are C's / Fortran's complex layout, which std::complex shares).
+#define DAX_SCALAPACK_COMPLEX(P, C)                                                                                   \
+  void P##potrf_(const char* uplo, const int* n, C* a, const int* ia, const int* ja, const int* desca, int* info);  \
+  void P##getrf_(const int* m, const int* n, C* a, const int* ia, const int* ja, const int* desca, int* ipiv,       \
+                 int* info);                                                                                         \
+  void P##getrs_(const char* trans, const int* n, const int* nrhs, const C* a, const int* ia, const int* ja,        \
+                 const int* desca, const int* ipiv, C* b, const int* ib, const int* jb, const int* descb, int* info); \
+  void P##getri_(const int* n, C* a, const int* ia, const int* ja, const int* desca, const int* ipiv, C* work,      \
+                 const int* lwork, int* iwork, const int* liwork, int* info);                                       \
+  void P##trsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m,             \
+                const int* n, const C* alpha, const C* a, const int* ia, const int* ja, const int* desca, C* b,     \
+                const int* ib, const int* jb, const int* descb);
+DAX_SCALAPACK_COMPLEX(pc, std::complex<float>)
+DAX_SCALAPACK_COMPLEX(pz, std::complex<double>)
+#undef DAX_SCALAPACK_COMPLEX
 }
 
 namespace dax::detail::cpu {
@@ -89,6 +107,24 @@ struct Scalapack<float> {
   static constexpr auto gelqf = psgelqf_;
   static constexpr auto orglq = psorglq_;
   static constexpr auto gesvd = psgesvd_;
+};
+
+/// Complex matrices: the factorizations and solves (no eigen- or singular-value routines yet).
+template <>
+struct Scalapack<std::complex<double>> {
+  static constexpr auto potrf = pzpotrf_;
+  static constexpr auto getrf = pzgetrf_;
+  static constexpr auto getrs = pzgetrs_;
+  static constexpr auto trsm = pztrsm_;
+  static constexpr auto getri = pzgetri_;
+};
+template <>
+struct Scalapack<std::complex<float>> {
+  static constexpr auto potrf = pcpotrf_;
+  static constexpr auto getrf = pcgetrf_;
+  static constexpr auto getrs = pcgetrs_;
+  static constexpr auto trsm = pctrsm_;
+  static constexpr auto getri = pcgetri_;
 };
 
 }  // namespace dax::detail::cpu
