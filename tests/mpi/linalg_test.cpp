@@ -658,3 +658,68 @@ TEST_CASE("gradients of complex cholesky, solve, triangular_solve, inv, slogdet 
                                       {{n, n}}, {sa});
   }
 }
+
+TEMPLATE_TEST_CASE("complex eigh: real ascending eigenvalues, unitary eigenvectors of a Hermitian matrix",
+                   "[linalg][complex]", dax::complex64, dax::complex128) {
+  using C = TestType;
+  using R = typename C::value_type;
+  const double tol = std::is_same_v<R, float> ? 2e-4 : 1e-10;
+  Pick pick(38);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 1 + int64_t(pick(30));
+    const NamedSharding s = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " " << dax::to_string(s));
+    auto h = hpd(n, 390 + trial);
+    for (int64_t i = 0; i < n; ++i) h[i * n + i] -= double(n + 1);  // eigenvalues of both signs
+    auto read = h;  // what eigh reads: the lower triangle and the diagonal's real part
+    for (int64_t i = 0; i < n; ++i) {
+      read[i * n + i] += complex128(0, 3);
+      for (int64_t j = i + 1; j < n; ++j) read[i * n + j] = -4;
+    }
+    const auto e = dax::linalg::eigh(dax::device_put(narrow_complex<C>(read), {n, n}, s));
+    static_assert(std::is_same_v<decltype(e.eigenvalues), dax::DistArray<R>>);
+    CHECK(e.eigenvectors.sharding() == s);
+    const auto w = host(e.eigenvalues);
+    const auto v = host(e.eigenvectors);
+    if (w.empty()) continue;
+    double scale = 0;
+    for (auto x : w) scale = std::max(scale, std::abs(double(x)));
+    for (int64_t i = 0; i + 1 < n; ++i) CHECK(w[i] <= w[i + 1]);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        complex128 av = 0, vv = 0;
+        for (int64_t q = 0; q < n; ++q) {
+          av += h[i * n + q] * complex128(v[q * n + j]);
+          vv += std::conj(complex128(v[q * n + i])) * complex128(v[q * n + j]);
+        }
+        CHECK(std::abs(av - complex128(v[i * n + j]) * double(w[j])) <= tol * double(n) * scale);
+        CHECK(std::abs(vv - (i == j ? 1.0 : 0.0)) <= tol * double(n));
+      }
+  }
+}
+
+TEST_CASE("gradients of complex eigh equal central differences, for losses the vectors' phases leave alone",
+          "[linalg][complex][autodiff]") {
+  using dax::DistArray;
+  using Leaves = std::vector<DistArray<complex128>>;
+  Pick pick(39);
+  for (int trial = 0; trial < 3; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t n = 2 + int64_t(pick(3));
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sc = random_sharding(pick, mesh, 2);
+    INFO("n " << n << " " << dax::to_string(sa));
+    const auto weights = dax::device_put(random_matrix(n, n, 400 + trial), {n, n}, sc);
+    const auto weights_n = dax::device_put(random_matrix(n, 1, 410 + trial), {n}, NamedSharding(mesh, P()));
+    const auto h = hpd(n, 420 + trial);
+    dax::test::check_complex_gradient(
+        [&](const Leaves& p) { return dax::sum(dax::linalg::eigh(p[0]).eigenvalues * weights_n); }, {h}, {{n, n}}, {sa});
+    // |V_ij|^2 does not change with a column's phase.
+    dax::test::check_complex_gradient(
+        [&](const Leaves& p) {
+          const auto v = dax::linalg::eigh(p[0]).eigenvectors;
+          return dax::sum(dax::real(v * dax::conj(v)) * weights);
+        },
+        {h}, {{n, n}}, {sa}, 1e-6);
+  }
+}

@@ -623,16 +623,19 @@ DistArray<T> det(const DistArray<T>& a) {
   }
 }
 
-/// numpy.linalg.eigh: eigenvalues ascending (a replicated (n,) array) and eigenvectors as columns
-/// (an (n, n) array in `out`, default a's sharding), of a symmetric `a` read from its lower triangle.
+/// numpy.linalg.eigh: eigenvalues ascending (a replicated (n,) array, real for a complex matrix) and
+/// eigenvectors as columns (an (n, n) array in `out`, default a's sharding), of a symmetric
+/// (Hermitian) `a` read from its lower triangle.
 template <class T>
 struct Eigh {
-  DistArray<T> eigenvalues, eigenvectors;
+  DistArray<detail::real_t<T>> eigenvalues;
+  DistArray<T> eigenvectors;
 };
 
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
+  using R = detail::real_t<T>;
   const detail::ProfiledOp profiled("eigh", a);
   detail::check_square(a, "eigh");
   const Mesh& mesh = a.sharding().mesh();
@@ -640,63 +643,92 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   const NamedSharding replicated(mesh, P());
   const int64_t n = a.shape()[0];
   if (!mesh.contains(Runtime::current().rank()))
-    return {DistArray<T>({n}, replicated, nullptr), DistArray<T>(a.shape(), target, nullptr)};
-  if (n == 0) return {zeros<T>({0}, replicated), reshard(a, target)};
+    return {DistArray<R>({n}, replicated, nullptr), DistArray<T>(a.shape(), target, nullptr)};
+  if (n == 0) return {zeros<R>({0}, replicated), reshard(a, target)};
   const auto& grid = detail::blacs_grid(mesh);
   const int64_t nb = detail::block_size(n, grid.shape);
   // A^T (= A) over the transposed grid, its upper triangle being A's lower one; the eigenvectors
   // come out column-major over the same grid, which is how a column-major piece dealt as
-  // grid.transposed() reads (as solve's b does).
+  // grid.transposed() reads (as solve's b does). Complex: A^T = conj(A), whose eigenvectors are
+  // conj(V) with the same eigenvalues: conjugated in place below.
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "eigh");
   auto pz = detail::empty_piece<T>(n, n, grid.transposed(), false, grid.context_t, nb, "eigh");
-  std::vector<T> w(n);
+  std::vector<R> w(n);
   const int ni = int(n), one = 1;
   int info = 0, iwork_size = 0, query = -1;
   T work_size = 0;
-  detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
-                                   pz.desc, &work_size, &query, &iwork_size, &query, &info);
+  R rwork_size = 0;
+  const auto solve = [&](T* work, const int* lwork, R* rwork, const int* lrwork, int* iwork, const int* liwork) {
+    if constexpr (detail::is_complex_v<T>)
+      detail::dev::Scalapack<T>::heevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+                                       pz.desc, work, lwork, rwork, lrwork, iwork, liwork, &info);
+    else
+      detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+                                       pz.desc, work, lwork, iwork, liwork, &info);
+  };
+  solve(&work_size, &query, &rwork_size, &query, &iwork_size, &query);
   // ScaLAPACK's workspace query for p?syevd can come out short (PDORMTR then refuses LWORK and the
   // vectors are garbage: n = 16-19 or 32-65 with 16-row blocks on one process): the larger of it
-  // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a block.
+  // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a
+  // block. p?heevd's documented minima: n + (np + nq + nb) nb complex, 1 + 9n + 3 np nq real.
   const int64_t np = pa.cols, nq = pa.rows;
-  const int64_t documented = std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
-  const int lwork = detail::int_size(grid, std::max<int64_t>(int64_t(work_size), documented) + n * nb, "eigh", "a workspace");
-  const int liwork = std::max(iwork_size, 1);
+  const int64_t documented = detail::is_complex_v<T>
+                                 ? n + (np + nq + nb) * nb
+                                 : std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
+  const int lwork = detail::int_size(grid, std::max<int64_t>(int64_t(std::real(work_size)), documented) + n * nb, "eigh",
+                                     "a workspace");
+  const int lrwork = detail::int_size(grid, std::max<int64_t>(int64_t(rwork_size), 1 + 9 * n + 3 * np * nq) + n * nb,
+                                      "eigh", "a workspace");
+  const int liwork = std::max<int>(iwork_size, int(7 * n + 8 * grid.shape.cols + 2 * grid.shape.rows + 2));
   std::vector<T> work(lwork);
+  std::vector<R> rwork(detail::is_complex_v<T> ? lrwork : 1);
   std::vector<int> iwork(liwork);
-  detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
-                                   pz.desc, work.data(), &lwork, iwork.data(), &liwork, &info);
+  solve(work.data(), &lwork, rwork.data(), &lrwork, iwork.data(), &liwork);
   info = detail::agreed_info(grid, info);
-  DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?syevd did not converge (info ", info, ")");
-  grid.group->broadcast(w.data(), n, dtype_v<T>, 0);  // one copy's bits on every device
-  DistArray<T> values = device_put(w, {n}, replicated);
+  DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?", detail::is_complex_v<T> ? "heevd" : "syevd", " did not converge (info ",
+            info, ")");
+  if constexpr (detail::is_complex_v<T>)
+    for (int64_t e = 0; e < pz.rows * pz.cols; ++e) pz.data()[e] = std::conj(pz.data()[e]);
+  grid.group->broadcast(w.data(), n, dtype_v<R>, 0);  // one copy's bits on every device
+  DistArray<R> values = device_put(w, {n}, replicated);
   DistArray<T> vectors = detail::from_cyclic(pz, grid, mesh, target);
-  // The pullbacks (for a read from the lower triangle, as cholesky's): with G = V (diag(gw) +
-  // F o (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal, a's cotangent is Phi(G + G^T).
-  const auto symmetric_part = [](const DistArray<T>& g) {
-    return (g + transpose(g)) * detail::triangle_mask<T>(g.shape()[0], g.sharding(), T(1), T(0.5));
+  // The pullbacks (for a read from the lower triangle, as cholesky's): with K = conj(V) (diag(gw) +
+  // F o (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal, a's cotangent is Phi(K + K^H)
+  // (real: V (...) V^T and Phi(K + K^T), Giles 2008). A complex eigenvector's phase is free: as in
+  // JAX, its gradient is that of the choice whose V^H dV has a zero diagonal, right for losses the
+  // phases leave alone.
+  const auto symmetric_part = [](const DistArray<T>& k) {
+    return (k + detail::adjoint(k)) * detail::triangle_mask<T>(k.shape()[0], k.sharding(), T(1), T(0.5));
+  };
+  const auto conjugate = [](const DistArray<T>& v) {
+    if constexpr (detail::is_complex_v<T>) return dax::conj(v);
+    else return v;
   };
   detail::record("eigh", values, [&](auto) {
-    return [vectors, symmetric_part](const DistArray<T>& gw) {
+    return [vectors, symmetric_part, conjugate](const DistArray<R>& gw) {
       const int64_t m = vectors.shape()[0];
       const auto eye = detail::triangle_mask<T>(m, vectors.sharding(), T(0), T(1));
-      const auto g = matmul(matmul(vectors, eye * reshape(gw, {1, m})), transpose(vectors));
-      return detail::Cotangents{detail::AnyArray(symmetric_part(g))};
+      const auto diagonal = [&] {
+        if constexpr (detail::is_complex_v<T>) return eye * reshape(dax::complex(gw, zeros<R>({m}, gw.sharding())), {1, m});
+        else return eye * reshape(gw, {1, m});
+      }();
+      const auto k = matmul(matmul(conjugate(vectors), diagonal), transpose(vectors));
+      return detail::Cotangents{detail::AnyArray(symmetric_part(k))};
     };
   }, a);
   detail::record("eigh", vectors, [&](auto) {
-    return [vectors, w, symmetric_part](const DistArray<T>& gv) {
+    return [vectors, w, symmetric_part, conjugate](const DistArray<T>& gv) {
       const int64_t m = vectors.shape()[0];
       const auto f = make_array_from_callback<T>({m, m}, detail::with_unreduced_axes(vectors.sharding(), 2, {}),
                                                  [&](const Box& box) {
                                                    std::vector<T> v;
                                                    for (int64_t i = box[0].start; i < box[0].stop; ++i)
                                                      for (int64_t j = box[1].start; j < box[1].stop; ++j)
-                                                       v.push_back(i == j ? T(0) : T(1) / (w[j] - w[i]));
+                                                       v.push_back(i == j ? T(0) : T(R(1) / (w[j] - w[i])));
                                                    return v;
                                                  });
-      const auto g = matmul(matmul(vectors, f * matmul(transpose(vectors), gv)), transpose(vectors));
-      return detail::Cotangents{detail::AnyArray(symmetric_part(g))};
+      const auto k = matmul(matmul(conjugate(vectors), f * matmul(transpose(vectors), gv)), transpose(vectors));
+      return detail::Cotangents{detail::AnyArray(symmetric_part(k))};
     };
   }, a);
   return {values, vectors};

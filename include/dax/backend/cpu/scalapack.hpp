@@ -71,7 +71,11 @@ void pstrsm_(const char* side, const char* uplo, const char* transa, const char*
                  const int* lwork, int* iwork, const int* liwork, int* info);                                       \
   void P##trsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m,             \
                 const int* n, const C* alpha, const C* a, const int* ia, const int* ja, const int* desca, C* b,     \
-                const int* ib, const int* jb, const int* descb);
+                const int* ib, const int* jb, const int* descb);                                    \
+  void P##heevd_(const char* jobz, const char* uplo, const int* n, C* a, const int* ia, const int* ja,              \
+                 const int* desca, C::value_type* w, C* z, const int* iz, const int* jz, const int* descz, C* work, \
+                 const int* lwork, C::value_type* rwork, const int* lrwork, int* iwork, const int* liwork,          \
+                 int* info);
 DAX_SCALAPACK_COMPLEX(pc, std::complex<float>)
 DAX_SCALAPACK_COMPLEX(pz, std::complex<double>)
 #undef DAX_SCALAPACK_COMPLEX
@@ -109,7 +113,8 @@ struct Scalapack<float> {
   static constexpr auto gesvd = psgesvd_;
 };
 
-/// Complex matrices: the factorizations and solves (no eigen- or singular-value routines yet).
+/// Complex matrices: the factorizations and solves, and the Hermitian eigensolver (heevd, in place
+/// of the real types' syevd: it takes a real workspace besides the complex one).
 template <>
 struct Scalapack<std::complex<double>> {
   static constexpr auto potrf = pzpotrf_;
@@ -117,6 +122,7 @@ struct Scalapack<std::complex<double>> {
   static constexpr auto getrs = pzgetrs_;
   static constexpr auto trsm = pztrsm_;
   static constexpr auto getri = pzgetri_;
+  static constexpr auto heevd = pzheevd_;
 };
 template <>
 struct Scalapack<std::complex<float>> {
@@ -125,6 +131,7 @@ struct Scalapack<std::complex<float>> {
   static constexpr auto getrs = pcgetrs_;
   static constexpr auto trsm = pctrsm_;
   static constexpr auto getri = pcgetri_;
+  static constexpr auto heevd = pcheevd_;
 };
 
 }  // namespace dax::detail::cpu
