@@ -33,51 +33,68 @@ std::vector<double> random_matrix(int64_t n, int64_t k, unsigned seed) {
   return v;
 }
 
-/// m m^T + n I: symmetric positive definite, well conditioned.
-std::vector<double> spd(int64_t n, unsigned seed) {
-  const auto m = random_matrix(n, n, seed);
-  std::vector<double> a(n * n);
+/// x conjugated; a real x as it is (std::conj would make it complex).
+template <class S>
+S conjugate(S x) {
+  if constexpr (dax::detail::is_complex_v<S>) return std::conj(x);
+  else return x;
+}
+
+/// m m^H + n I of an n x n `m`: symmetric (Hermitian) positive definite, well conditioned.
+template <class S>
+std::vector<S> gram_plus_diagonal(const std::vector<S>& m, int64_t n) {
+  std::vector<S> a(n * n);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      double s = i == j ? double(n) : 0;
-      for (int64_t l = 0; l < n; ++l) s += m[i * n + l] * m[j * n + l];
+      S s = i == j ? S(double(n)) : S(0);
+      for (int64_t l = 0; l < n; ++l) s += m[i * n + l] * conjugate(m[j * n + l]);
       a[i * n + j] = s;
     }
   return a;
 }
 
-/// Cholesky-Banachiewicz on the host.
-std::vector<double> host_cholesky(const std::vector<double>& a, int64_t n) {
-  std::vector<double> l(n * n, 0.0);
+/// A real symmetric positive definite n x n matrix.
+std::vector<double> spd(int64_t n, unsigned seed) { return gram_plus_diagonal(random_matrix(n, n, seed), n); }
+
+/// L with a = L L^H on the host (Cholesky-Banachiewicz).
+template <class S>
+std::vector<S> host_cholesky(const std::vector<S>& a, int64_t n) {
+  std::vector<S> l(n * n, S(0));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j <= i; ++j) {
-      double s = a[i * n + j];
-      for (int64_t k = 0; k < j; ++k) s -= l[i * n + k] * l[j * n + k];
-      l[i * n + j] = i == j ? std::sqrt(s) : s / l[j * n + j];
+      S s = a[i * n + j];
+      for (int64_t k = 0; k < j; ++k) s -= l[i * n + k] * conjugate(l[j * n + k]);
+      l[i * n + j] = i == j ? S(std::sqrt(std::real(s))) : s / l[j * n + j];
     }
   return l;
 }
 
-/// a x = b by Gaussian elimination with partial pivoting on the host (b is n x k).
-std::vector<double> host_solve(std::vector<double> a, std::vector<double> b, int64_t n, int64_t k) {
+/// a x = b by Gaussian elimination with partial pivoting on the host (b is n x k); a's determinant
+/// in `det` when asked.
+template <class S>
+std::vector<S> host_solve(std::vector<S> a, std::vector<S> b, int64_t n, int64_t k, S* det = nullptr) {
+  S d = 1;
   for (int64_t c = 0; c < n; ++c) {
     int64_t p = c;
     for (int64_t r = c + 1; r < n; ++r)
       if (std::abs(a[r * n + c]) > std::abs(a[p * n + c])) p = r;
+    if (p != c) d = -d;
     for (int64_t j = 0; j < n; ++j) std::swap(a[c * n + j], a[p * n + j]);
     for (int64_t j = 0; j < k; ++j) std::swap(b[c * k + j], b[p * k + j]);
+    d *= a[c * n + c];
     for (int64_t r = c + 1; r < n; ++r) {
-      const double f = a[r * n + c] / a[c * n + c];
+      const S f = a[r * n + c] / a[c * n + c];
       for (int64_t j = c; j < n; ++j) a[r * n + j] -= f * a[c * n + j];
       for (int64_t j = 0; j < k; ++j) b[r * k + j] -= f * b[c * k + j];
     }
   }
   for (int64_t c = n - 1; c >= 0; --c)
     for (int64_t j = 0; j < k; ++j) {
-      double s = b[c * k + j];
+      S s = b[c * k + j];
       for (int64_t l = c + 1; l < n; ++l) s -= a[c * n + l] * b[l * k + j];
       b[c * k + j] = s / a[c * n + c];
     }
+  if (det) *det = d;
   return b;
 }
 
@@ -211,24 +228,10 @@ TEMPLATE_TEST_CASE("inv, slogdet, det, eigh and norm against the host", "[linalg
       CHECK(relative_error(prod, eye) <= tol * double(n));
     }
     // slogdet against the host's elimination: the product of the pivots, the sign of the swaps.
-    std::vector<double> u = a;
-    double logabs = 0;
-    int sign = 1;
-    for (int64_t c = 0; c < n; ++c) {
-      int64_t p = c;
-      for (int64_t r = c + 1; r < n; ++r)
-        if (std::abs(u[r * n + c]) > std::abs(u[p * n + c])) p = r;
-      if (p != c) {
-        sign = -sign;
-        for (int64_t j = 0; j < n; ++j) std::swap(u[c * n + j], u[p * n + j]);
-      }
-      logabs += std::log(std::abs(u[c * n + c]));
-      if (u[c * n + c] < 0) sign = -sign;
-      for (int64_t r = c + 1; r < n; ++r) {
-        const double f = u[r * n + c] / u[c * n + c];
-        for (int64_t j = c; j < n; ++j) u[r * n + j] -= f * u[c * n + j];
-      }
-    }
+    double det = 0;
+    (void)host_solve(a, std::vector<double>(n, 0.0), n, 1, &det);
+    const double logabs = std::log(std::abs(det));
+    const int sign = det < 0 ? -1 : 1;
     const auto sl = dax::linalg::slogdet(da);
     const auto got_sign = host(sl.sign), got_log = host(sl.logabsdet), got_det = host(dax::linalg::det(da));
     if (!got_sign.empty()) {
@@ -481,59 +484,8 @@ std::vector<complex128> random_complex_matrix(int64_t n, int64_t k, unsigned see
   return dax::test::random_complex<complex128>(n * k, seed);
 }
 
-/// m m^H + n I: Hermitian positive definite, well conditioned.
-std::vector<complex128> hpd(int64_t n, unsigned seed) {
-  const auto m = random_complex_matrix(n, n, seed);
-  std::vector<complex128> a(n * n);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      complex128 s = i == j ? double(n) : 0;
-      for (int64_t l = 0; l < n; ++l) s += m[i * n + l] * std::conj(m[j * n + l]);
-      a[i * n + j] = s;
-    }
-  return a;
-}
-
-/// L with a = L L^H on the host (Cholesky-Banachiewicz).
-std::vector<complex128> host_cholesky_c(const std::vector<complex128>& a, int64_t n) {
-  std::vector<complex128> l(n * n, 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j <= i; ++j) {
-      complex128 s = a[i * n + j];
-      for (int64_t k = 0; k < j; ++k) s -= l[i * n + k] * std::conj(l[j * n + k]);
-      l[i * n + j] = i == j ? complex128(std::sqrt(s.real())) : s / l[j * n + j];
-    }
-  return l;
-}
-
-/// a x = b by elimination with partial pivoting on the host (b is n x k); the determinant of a in
-/// `det` when asked.
-std::vector<complex128> host_solve_c(std::vector<complex128> a, std::vector<complex128> b, int64_t n, int64_t k,
-                                     complex128* det = nullptr) {
-  complex128 d = 1;
-  for (int64_t c = 0; c < n; ++c) {
-    int64_t p = c;
-    for (int64_t r = c + 1; r < n; ++r)
-      if (std::abs(a[r * n + c]) > std::abs(a[p * n + c])) p = r;
-    if (p != c) d = -d;
-    for (int64_t j = 0; j < n; ++j) std::swap(a[c * n + j], a[p * n + j]);
-    for (int64_t j = 0; j < k; ++j) std::swap(b[c * k + j], b[p * k + j]);
-    d *= a[c * n + c];
-    for (int64_t r = c + 1; r < n; ++r) {
-      const complex128 f = a[r * n + c] / a[c * n + c];
-      for (int64_t j = c; j < n; ++j) a[r * n + j] -= f * a[c * n + j];
-      for (int64_t j = 0; j < k; ++j) b[r * k + j] -= f * b[c * k + j];
-    }
-  }
-  for (int64_t c = n - 1; c >= 0; --c)
-    for (int64_t j = 0; j < k; ++j) {
-      complex128 s = b[c * k + j];
-      for (int64_t l = c + 1; l < n; ++l) s -= a[c * n + l] * b[l * k + j];
-      b[c * k + j] = s / a[c * n + c];
-    }
-  if (det) *det = d;
-  return b;
-}
+/// A Hermitian positive definite n x n matrix.
+std::vector<complex128> hpd(int64_t n, unsigned seed) { return gram_plus_diagonal(random_complex_matrix(n, n, seed), n); }
 
 /// The largest |got - want| relative to the largest |want| (0 on a rank outside the mesh).
 template <class C>
@@ -568,7 +520,7 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
     INFO("n " << n << " k " << k << " " << dax::to_string(sa) << " " << dax::to_string(sb));
     // Cholesky of a Hermitian matrix: its lower triangle and its diagonal's real part are read.
     auto h = hpd(n, 300 + trial);
-    const auto want_l = host_cholesky_c(h, n);
+    const auto want_l = host_cholesky(h, n);
     for (int64_t i = 0; i < n; ++i) {
       h[i * n + i] += complex128(0, 5);  // not read
       for (int64_t j = i + 1; j < n; ++j) h[i * n + j] = 7;  // not read
@@ -582,7 +534,7 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
     for (int64_t i = 0; i < n; ++i) a[i * n + i] += complex128(2, trial % 2 ? -1 : 1);
     const auto b = random_complex_matrix(n, k, 320 + trial);
     complex128 want_det;
-    const auto want_x = host_solve_c(a, b, n, k, &want_det);
+    const auto want_x = host_solve(a, b, n, k, &want_det);
     const auto da = dax::device_put(narrow_complex<C>(a), {n, n}, sa);
     const auto db = dax::device_put(narrow_complex<C>(b), {n, k}, sb);
     const auto x = dax::linalg::solve(da, db);
@@ -593,7 +545,7 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < n; ++j)
           if (lower ? j <= i : j >= i) t[i * n + j] = a[i * n + j];
-      CHECK(complex_error(host(dax::linalg::triangular_solve(da, db, lower)), host_solve_c(t, b, n, k)) <=
+      CHECK(complex_error(host(dax::linalg::triangular_solve(da, db, lower)), host_solve(t, b, n, k)) <=
             tol * double(n));
     }
     // inv: a inv(a) = I.
