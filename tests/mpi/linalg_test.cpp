@@ -98,19 +98,21 @@ std::vector<S> host_solve(std::vector<S> a, std::vector<S> b, int64_t n, int64_t
   return b;
 }
 
-template <class T>
-std::vector<T> narrow(const std::vector<double>& v) {
+/// v in the element type T (double to float, complex128 to complex64).
+template <class T, class W>
+std::vector<T> narrow(const std::vector<W>& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
-/// The largest |got - want| relative to the largest |want| (0 on a rank outside the mesh).
-template <class T>
-double relative_error(const std::vector<T>& got, const std::vector<double>& want) {
+/// The largest |got - want| relative to the largest |want| (0 on a rank outside the mesh); W is
+/// double or complex128.
+template <class T, class W>
+double relative_error(const std::vector<T>& got, const std::vector<W>& want) {
   if (got.empty()) return 0;
   REQUIRE(got.size() == want.size());
   double e = 0, s = 1e-300;
   for (size_t i = 0; i < got.size(); ++i) {
-    e = std::max(e, std::abs(double(got[i]) - want[i]));
+    e = std::max(e, std::abs(W(got[i]) - want[i]));
     s = std::max(s, std::abs(want[i]));
   }
   return e / s;
@@ -487,24 +489,6 @@ std::vector<complex128> random_complex_matrix(int64_t n, int64_t k, unsigned see
 /// A Hermitian positive definite n x n matrix.
 std::vector<complex128> hpd(int64_t n, unsigned seed) { return gram_plus_diagonal(random_complex_matrix(n, n, seed), n); }
 
-/// The largest |got - want| relative to the largest |want| (0 on a rank outside the mesh).
-template <class C>
-double complex_error(const std::vector<C>& got, const std::vector<complex128>& want) {
-  if (got.empty()) return 0;
-  REQUIRE(got.size() == want.size());
-  double e = 0, s = 1e-300;
-  for (size_t i = 0; i < got.size(); ++i) {
-    e = std::max(e, std::abs(complex128(got[i]) - want[i]));
-    s = std::max(s, std::abs(want[i]));
-  }
-  return e / s;
-}
-
-template <class C>
-std::vector<C> narrow_complex(const std::vector<complex128>& v) {
-  return std::vector<C>(v.begin(), v.end());
-}
-
 }  // namespace
 
 TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, slogdet and det against the host",
@@ -525,8 +509,8 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
       h[i * n + i] += complex128(0, 5);  // not read
       for (int64_t j = i + 1; j < n; ++j) h[i * n + j] = 7;  // not read
     }
-    const auto l = host(dax::linalg::cholesky(dax::device_put(narrow_complex<C>(h), {n, n}, sa)));
-    CHECK(complex_error(l, want_l) <= tol * double(n));
+    const auto l = host(dax::linalg::cholesky(dax::device_put(narrow<C>(h), {n, n}, sa)));
+    CHECK(relative_error(l, want_l) <= tol * double(n));
     for (int64_t i = 0; i < n && !l.empty(); ++i)
       for (int64_t j = i + 1; j < n; ++j) CHECK(l[i * n + j] == C(0));
     // solve, and the determinant from the same elimination.
@@ -535,17 +519,17 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
     const auto b = random_complex_matrix(n, k, 320 + trial);
     complex128 want_det;
     const auto want_x = host_solve(a, b, n, k, &want_det);
-    const auto da = dax::device_put(narrow_complex<C>(a), {n, n}, sa);
-    const auto db = dax::device_put(narrow_complex<C>(b), {n, k}, sb);
+    const auto da = dax::device_put(narrow<C>(a), {n, n}, sa);
+    const auto db = dax::device_put(narrow<C>(b), {n, k}, sb);
     const auto x = dax::linalg::solve(da, db);
     CHECK(x.sharding() == sb);
-    CHECK(complex_error(host(x), want_x) <= tol * double(n));
+    CHECK(relative_error(host(x), want_x) <= tol * double(n));
     for (bool lower : {true, false}) {
       std::vector<complex128> t(n * n, 0.0);
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < n; ++j)
           if (lower ? j <= i : j >= i) t[i * n + j] = a[i * n + j];
-      CHECK(complex_error(host(dax::linalg::triangular_solve(da, db, lower)), host_solve(t, b, n, k)) <=
+      CHECK(relative_error(host(dax::linalg::triangular_solve(da, db, lower)), host_solve(t, b, n, k)) <=
             tol * double(n));
     }
     // inv: a inv(a) = I.
@@ -556,7 +540,7 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < n; ++j)
           for (int64_t q = 0; q < n; ++q) prod[i * n + j] += a[i * n + q] * complex128(ai[q * n + j]);
-      CHECK(complex_error(prod, eye) <= tol * double(n));
+      CHECK(relative_error(prod, eye) <= tol * double(n));
     }
     // slogdet: a complex sign of modulus 1 and a real log |det|; det their product.
     const auto sl = dax::linalg::slogdet(da);
@@ -629,7 +613,7 @@ TEMPLATE_TEST_CASE("complex eigh: real ascending eigenvalues, unitary eigenvecto
       read[i * n + i] += complex128(0, 3);
       for (int64_t j = i + 1; j < n; ++j) read[i * n + j] = -4;
     }
-    const auto e = dax::linalg::eigh(dax::device_put(narrow_complex<C>(read), {n, n}, s));
+    const auto e = dax::linalg::eigh(dax::device_put(narrow<C>(read), {n, n}, s));
     static_assert(std::is_same_v<decltype(e.eigenvalues), dax::DistArray<R>>);
     CHECK(e.eigenvectors.sharding() == s);
     const auto w = host(e.eigenvalues);
