@@ -1,6 +1,7 @@
 // dax::linalg's factorizations into orthogonal factors, qr and svd (ScaLAPACK's p?gelqf / p?orglq
 // and p?gesvd on A^T, as linalg.hpp deals it), with their gradients: made of dax's ops (products,
-// transposes, a triangular solve), so they run sharded as the forward does.
+// transposes, a triangular solve), so they run sharded as the forward does. Complex matrices
+// (p?unglq, and p?gesvd with its real workspace) factor; their gradients are not in yet.
 #pragma once
 
 #include <algorithm>
@@ -86,6 +87,13 @@ DistArray<T> svd_pullback(const SvdFactors<T>& f, SvdFactor which, const DistArr
   return matmul(f.u, matmul(inner, f.vh) + col(inverse_s) * (g - matmul(transpose(vgv), f.vh)));
 }
 
+/// A complex factorization's gradient, which is not in yet: an error naming `op`, on every rank of
+/// the mesh (each runs the pullback). Real types pass.
+template <class T>
+void refuse_complex_gradient(const char* op) {
+  DAX_CHECK(!is_complex_v<T>, op, "'s gradient of a complex matrix is not in yet (JAX defines it; real matrices have it)");
+}
+
 }  // namespace dax::detail
 
 namespace dax::linalg {
@@ -99,7 +107,7 @@ struct QR {
 };
 
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 QR<T> qr(const DistArray<T>& a) {
   const detail::ProfiledOp profiled("qr", a);
   DAX_CHECK(a.ndim() == 2, "qr: expected a matrix, got shape ", to_string(a.shape()));
@@ -116,7 +124,7 @@ QR<T> qr(const DistArray<T>& a) {
   int info = 0;
   T work_size = 0;
   detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
-  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"));
+  std::vector<T> work(detail::int_size(grid, int64_t(std::real(work_size)) + 1 + nb * nb, "qr", "a workspace"));
   int lwork = int(work.size());
   detail::dev::Scalapack<T>::gelqf(&xm, &xn, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?gelqf failed (info ", info, ")");
@@ -129,77 +137,102 @@ QR<T> qr(const DistArray<T>& a) {
       if (factors.global_col(c) < factors.global_row(r)) factors.at(r, c) = T(0);
   DistArray<T> r = slice(detail::from_cyclic(factors, grid, mesh, rows), {0, 0}, {k, n});
   detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), &work_size, &query, &info);
-  work.resize(std::max<size_t>(work.size(), size_t(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "qr", "a workspace"))));
+  work.resize(std::max<size_t>(work.size(), size_t(detail::int_size(grid, int64_t(std::real(work_size)) + 1 + nb * nb, "qr", "a workspace"))));
   lwork = int(work.size());
   detail::dev::Scalapack<T>::orglq(&xk, &xn, &xk, pa.data(), &one, &one, pa.desc, tau.data(), work.data(), &lwork, &info);
   DAX_CHECK(detail::agreed_info(grid, info) == 0, "qr: ScaLAPACK's p?orglq failed (info ", info, ")");
   DistArray<T> q = slice(detail::from_cyclic(pa, grid, mesh, rows), {0, 0}, {m, k});
   detail::record("qr", q, [&](auto) {
     return [q, r](const DistArray<T>& gq) {
+      detail::refuse_complex_gradient<T>("qr");
       return detail::Cotangents{detail::AnyArray(detail::qr_pullback<T>(q, r, &gq, nullptr))};
     };
   }, a);
   detail::record("qr", r, [&](auto) {
     return [q, r](const DistArray<T>& gr) {
+      detail::refuse_complex_gradient<T>("qr");
       return detail::Cotangents{detail::AnyArray(detail::qr_pullback<T>(q, r, nullptr, &gr))};
     };
   }, a);
   return {q, r};
 }
 
-/// numpy.linalg.svd(a, full_matrices=False): u (m, k), s (k,) descending (replicated), vh (k, n),
-/// a = u diag(s) vh. ScaLAPACK's p?gesvd sees A^T = U S V^T, which is A = V S U^T: dax reads its
-/// VT back as u and its U as vh, each row-major piece being the column-major transpose.
+/// numpy.linalg.svd(a, full_matrices=False): u (m, k), s (k,) descending (replicated; real for a
+/// complex matrix), vh (k, n), a = u diag(s) vh. ScaLAPACK's p?gesvd sees A^T = U S V^H, which is
+/// A = (V^H)^T S U^T: dax reads its VT back as u and its U as vh, each row-major piece being the
+/// column-major transpose (for a complex matrix too: a transpose, not a conjugate one).
 template <class T>
 struct SVD {
-  DistArray<T> u, s, vh;
+  DistArray<T> u;
+  DistArray<detail::real_t<T>> s;
+  DistArray<T> vh;
 };
 
 template <class T>
-  requires std::is_same_v<T, float> || std::is_same_v<T, double>
+  requires detail::solver_type<T>
 SVD<T> svd(const DistArray<T>& a) {
+  using R = detail::real_t<T>;
   const detail::ProfiledOp profiled("svd", a);
   DAX_CHECK(a.ndim() == 2, "svd: expected a matrix, got shape ", to_string(a.shape()));
   const Mesh& mesh = a.sharding().mesh();
   const int64_t m = a.shape()[0], n = a.shape()[1], k = std::min(m, n);
   const NamedSharding rows = detail::rows_over_mesh(mesh), replicated(mesh, P());
   if (!mesh.contains(Runtime::current().rank()))
-    return {DistArray<T>({m, k}, rows, nullptr), DistArray<T>({k}, replicated, nullptr), DistArray<T>({k, n}, rows, nullptr)};
-  if (k == 0) return {zeros<T>({m, k}, rows), zeros<T>({k}, replicated), zeros<T>({k, n}, rows)};
+    return {DistArray<T>({m, k}, rows, nullptr), DistArray<R>({k}, replicated, nullptr), DistArray<T>({k, n}, rows, nullptr)};
+  if (k == 0) return {zeros<T>({m, k}, rows), zeros<R>({k}, replicated), zeros<T>({k, n}, rows)};
   const auto& grid = detail::blacs_grid(mesh);
   const int64_t nb = detail::block_size(std::max(m, n), grid.shape);
   auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "svd");
   auto pu = detail::empty_piece<T>(m, k, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's VT (k, m)
   auto pv = detail::empty_piece<T>(k, n, grid.normal(), true, grid.context_t, nb, "svd");   // ScaLAPACK's U (n, k)
-  std::vector<T> sv(k);
+  std::vector<R> sv(k);
+  std::vector<R> rwork(detail::is_complex_v<T> ? 1 + 4 * std::max(m, n) : 1);  // p?gesvd's: 1 + 4 max(m, n)
   const int xm = int(n), xn = int(m), one = 1, query = -1;
   int info = 0;
+  const auto gesvd = [&](T* work, const int* lwork) {
+    if constexpr (detail::is_complex_v<T>)
+      detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+                                       &one, pv.desc, pu.data(), &one, &one, pu.desc, work, lwork, rwork.data(), &info);
+    else
+      detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
+                                       &one, pv.desc, pu.data(), &one, &one, pu.desc, work, lwork, &info);
+  };
   T work_size = 0;
-  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
-                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, &work_size, &query, &info);
-  std::vector<T> work(detail::int_size(grid, int64_t(work_size) + 1 + nb * nb, "svd", "a workspace"));
+  gesvd(&work_size, &query);
+  std::vector<T> work(detail::int_size(grid, int64_t(std::real(work_size)) + 1 + nb * nb, "svd", "a workspace"));
   const int lwork = int(work.size());
-  detail::dev::Scalapack<T>::gesvd("V", "V", &xm, &xn, pa.data(), &one, &one, pa.desc, sv.data(), pv.data(), &one,
-                                   &one, pv.desc, pu.data(), &one, &one, pu.desc, work.data(), &lwork, &info);
+  gesvd(work.data(), &lwork);
   info = detail::agreed_info(grid, info);
   // info = k + 1 is p?gesvd's "heterogeneity": the processes' singular values differ (in the last
   // bits: each process runs its own bidiagonal QR iteration). Rank 0's are broadcast below, so
   // every device holds the same ones; seen on 8 processes at 3 x 5.
   DAX_CHECK(info == 0 || info == int(k) + 1, "svd: ScaLAPACK's p?gesvd did not converge (info ", info, ")");
-  grid.group->broadcast(sv.data(), k, dtype_v<T>, 0);  // one copy's bits on every device
+  grid.group->broadcast(sv.data(), k, dtype_v<R>, 0);  // one copy's bits on every device
   SVD<T> out{detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
              detail::from_cyclic(pv, grid, mesh, rows)};
   // Each factor's cotangent contributes its own term of Townsend's formula (linear in the three).
-  const auto pullback = [&](detail::SvdFactor which) {
-    return [&, which](auto) {
-      return [f = detail::SvdFactors<T>{out.u, out.s, out.vh, sv}, which](const DistArray<T>& g) {
-        return detail::Cotangents{detail::AnyArray(detail::svd_pullback(f, which, g))};
+  if constexpr (detail::is_complex_v<T>) {
+    const auto refuse = [&](auto) {
+      return [](const auto&) {
+        detail::refuse_complex_gradient<T>("svd");
+        return detail::Cotangents{};
       };
     };
-  };
-  detail::record("svd", out.u, pullback(detail::SvdFactor::u), a);
-  detail::record("svd", out.s, pullback(detail::SvdFactor::s), a);
-  detail::record("svd", out.vh, pullback(detail::SvdFactor::vh), a);
+    detail::record("svd", out.u, refuse, a);
+    detail::record("svd", out.s, refuse, a);
+    detail::record("svd", out.vh, refuse, a);
+  } else {
+    const auto pullback = [&](detail::SvdFactor which) {
+      return [&, which](auto) {
+        return [f = detail::SvdFactors<T>{out.u, out.s, out.vh, sv}, which](const DistArray<T>& g) {
+          return detail::Cotangents{detail::AnyArray(detail::svd_pullback(f, which, g))};
+        };
+      };
+    };
+    detail::record("svd", out.u, pullback(detail::SvdFactor::u), a);
+    detail::record("svd", out.s, pullback(detail::SvdFactor::s), a);
+    detail::record("svd", out.vh, pullback(detail::SvdFactor::vh), a);
+  }
   return out;
 }
 

@@ -75,7 +75,15 @@ void pstrsm_(const char* side, const char* uplo, const char* transa, const char*
   void P##heevd_(const char* jobz, const char* uplo, const int* n, C* a, const int* ia, const int* ja,              \
                  const int* desca, C::value_type* w, C* z, const int* iz, const int* jz, const int* descz, C* work, \
                  const int* lwork, C::value_type* rwork, const int* lrwork, int* iwork, const int* liwork,          \
-                 int* info);
+                 int* info);                                                                         \
+  void P##gelqf_(const int* m, const int* n, C* a, const int* ia, const int* ja, const int* desca, C* tau, C* work, \
+                 const int* lwork, int* info);                                                               \
+  void P##unglq_(const int* m, const int* n, const int* k, C* a, const int* ia, const int* ja, const int* desca,    \
+                 const C* tau, C* work, const int* lwork, int* info);                                        \
+  void P##gesvd_(const char* jobu, const char* jobvt, const int* m, const int* n, C* a, const int* ia,             \
+                 const int* ja, const int* desca, C::value_type* s, C* u, const int* iu, const int* ju,            \
+                 const int* descu, C* vt, const int* ivt, const int* jvt, const int* descvt, C* work,             \
+                 const int* lwork, C::value_type* rwork, int* info);
 DAX_SCALAPACK_COMPLEX(pc, std::complex<float>)
 DAX_SCALAPACK_COMPLEX(pz, std::complex<double>)
 #undef DAX_SCALAPACK_COMPLEX
@@ -113,8 +121,9 @@ struct Scalapack<float> {
   static constexpr auto gesvd = psgesvd_;
 };
 
-/// Complex matrices: the factorizations and solves, and the Hermitian eigensolver (heevd, in place
-/// of the real types' syevd: it takes a real workspace besides the complex one).
+/// Complex matrices: the factorizations and solves, the Hermitian eigensolver (heevd, in place of
+/// the real types' syevd), the LQ factorization (unglq is orglq's complex name) and the SVD (heevd
+/// and gesvd take a real workspace besides the complex one).
 template <>
 struct Scalapack<std::complex<double>> {
   static constexpr auto potrf = pzpotrf_;
@@ -123,6 +132,9 @@ struct Scalapack<std::complex<double>> {
   static constexpr auto trsm = pztrsm_;
   static constexpr auto getri = pzgetri_;
   static constexpr auto heevd = pzheevd_;
+  static constexpr auto gelqf = pzgelqf_;
+  static constexpr auto orglq = pzunglq_;
+  static constexpr auto gesvd = pzgesvd_;
 };
 template <>
 struct Scalapack<std::complex<float>> {
@@ -132,6 +144,9 @@ struct Scalapack<std::complex<float>> {
   static constexpr auto trsm = pctrsm_;
   static constexpr auto getri = pcgetri_;
   static constexpr auto heevd = pcheevd_;
+  static constexpr auto gelqf = pcgelqf_;
+  static constexpr auto orglq = pcunglq_;
+  static constexpr auto gesvd = pcgesvd_;
 };
 
 }  // namespace dax::detail::cpu
