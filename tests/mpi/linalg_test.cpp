@@ -483,16 +483,6 @@ TEST_CASE("linalg's errors name what was wrong, on every rank", "[linalg]") {
   CHECK(dax::test::error_of([&] {
           (void)dax::value_and_grad([](const dax::DistArray<double>& x) { return dax::linalg::slogdet(x).logabsdet; })(zeros);
         }) == "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
-  // Complex qr and svd factor, but have no gradient yet: an error, not a wrong one.
-  const auto z = dax::ones<dax::complex128>({n, n}, rows);
-  CHECK(dax::test::error_of([&] {
-          (void)dax::value_and_grad([](const dax::DistArray<dax::complex128>& x) {
-            return dax::sum(dax::real(dax::linalg::qr(x).r));
-          })(z);
-        }) == "qr's gradient of a complex matrix is not in yet (JAX defines it; real matrices have it)");
-  CHECK(dax::test::error_of([&] {
-          (void)dax::value_and_grad([](const dax::DistArray<dax::complex128>& x) { return dax::sum(dax::linalg::svd(x).s); })(z);
-        }) == "svd's gradient of a complex matrix is not in yet (JAX defines it; real matrices have it)");
 }
 
 namespace {
@@ -673,5 +663,56 @@ TEST_CASE("gradients of complex eigh equal central differences, for losses the v
           return dax::sum(dax::real(v * dax::conj(v)) * weights);
         },
         {h}, {{n, n}}, {sa}, 1e-6);
+  }
+}
+
+TEST_CASE("gradients of complex qr equal central differences, tall, square and wide", "[linalg][complex][autodiff]") {
+  using dax::DistArray;
+  using Leaves = std::vector<DistArray<complex128>>;
+  Pick pick(40);
+  const int64_t shapes[4][2] = {{5, 3}, {3, 3}, {2, 5}, {1, 1}};  // tall, square, wide, a scalar
+  for (int trial = 0; trial < 4; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t m = shapes[trial][0], n = shapes[trial][1], k = std::min(m, n);
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sc = random_sharding(pick, mesh, 2);
+    INFO(m << " x " << n << " " << dax::to_string(sa));
+    const auto wq = dax::device_put(random_complex_matrix(m, k, 430 + trial), {m, k}, sc);
+    const auto wr = dax::device_put(random_complex_matrix(k, n, 440 + trial), {k, n}, sc);
+    auto a = random_complex_matrix(m, n, 450 + trial);
+    for (int64_t i = 0; i < k; ++i) a[i * n + i] += 2.0;  // well away from a rank-deficient square block
+    dax::test::check_complex_gradient(
+        [&](const Leaves& p) {
+          const auto f = dax::linalg::qr(p[0]);
+          return dax::sum(dax::real(f.q * wq)) + dax::sum(dax::real(f.r * wr));
+        },
+        {a}, {{m, n}}, {sa}, 1e-6);
+  }
+}
+
+TEST_CASE("gradients of complex svd equal central differences, for losses the columns' phases leave alone",
+          "[linalg][complex][autodiff]") {
+  using dax::DistArray;
+  using Leaves = std::vector<DistArray<complex128>>;
+  Pick pick(41);
+  const int64_t shapes[3][2] = {{5, 3}, {3, 3}, {2, 4}};  // tall, square, wide
+  for (int trial = 0; trial < 3; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t m = shapes[trial][0], n = shapes[trial][1], k = std::min(m, n);
+    const NamedSharding sa = random_sharding(pick, mesh, 2), sc = random_sharding(pick, mesh, 2);
+    const NamedSharding replicated(mesh, P());
+    INFO(m << " x " << n << " " << dax::to_string(sa));
+    const auto a = random_complex_matrix(m, n, 460 + trial);
+    const auto w = dax::device_put(random_complex_matrix(m, n, 470 + trial), {m, n}, sc);
+    const auto wu = dax::device_put(random_matrix(m, k, 480 + trial), {m, k}, sc);
+    const auto wv = dax::device_put(random_matrix(k, n, 490 + trial), {k, n}, sc);
+    const auto ws = dax::device_put(random_matrix(k, 1, 500 + trial), {k}, replicated);
+    const auto c = dax::device_put(random_complex_matrix(1, k, 510 + trial), {1, k}, replicated);
+    dax::test::check_complex_gradient(
+        [&](const Leaves& p) {
+          const auto f = dax::linalg::svd(p[0]);
+          return dax::sum(f.s * ws) + dax::sum(dax::real(dax::matmul(f.u * c, f.vh) * w)) +
+                 dax::sum(dax::real(f.u * dax::conj(f.u)) * wu) + dax::sum(dax::real(f.vh * dax::conj(f.vh)) * wv);
+        },
+        {a}, {{m, n}}, {sa}, 1e-6);
   }
 }

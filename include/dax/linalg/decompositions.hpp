@@ -1,7 +1,7 @@
 // dax::linalg's factorizations into orthogonal factors, qr and svd (ScaLAPACK's p?gelqf / p?orglq
 // and p?gesvd on A^T, as linalg.hpp deals it), with their gradients: made of dax's ops (products,
 // transposes, a triangular solve), so they run sharded as the forward does. Complex matrices
-// (p?unglq, and p?gesvd with its real workspace) factor; their gradients are not in yet.
+// (p?unglq, and p?gesvd with its real workspace) factor and differentiate in JAX's convention.
 #pragma once
 
 #include <algorithm>
@@ -17,21 +17,33 @@ DistArray<T> times_inverse_transpose(const DistArray<T>& x, const DistArray<T>& 
   return transpose(linalg::triangular_solve(r, transpose(x), false));
 }
 
+/// x conjugated (a real x as it is).
+template <class T>
+DistArray<T> conjugated(const DistArray<T>& x) {
+  if constexpr (is_complex_v<T>) return dax::conj(x);
+  else return x;
+}
+
 /// The pullback of a = q r (reduced) for m >= n, r square (TensorFlow's and PyTorch's rule, from
 /// Walter and Lehmann): with M = tril(Q^T gQ - gQ^T Q + R gR^T - gR R^T),
-/// a's cotangent is Q (gR + M R^-T) + (gQ - Q Q^T gQ) R^-T.
+/// a's cotangent is Q (gR + M R^-T) + (gQ - Q Q^T gQ) R^-T. Complex, in JAX's convention (R's
+/// diagonal real, as LAPACK makes it): with A1 = Q^T gQ, A2 = gR R^T, D = A1 - A2 and Phi the lower
+/// triangle with the diagonal halved, a's cotangent is (conj(Q) (A2 + Phi(D - D^H) - A1) + gQ) R^-T,
+/// the real rule when conj(Q) = Q (derived in docs/numerics.md).
 template <class T>
 DistArray<T> qr_pullback_tall(const DistArray<T>& q, const DistArray<T>& r, const DistArray<T>& gq,
                               const DistArray<T>& gr) {
   const int64_t n = r.shape()[0];
-  const auto qgq = matmul(transpose(q), gq), rgr = matmul(r, transpose(gr));
-  const auto m = (qgq - transpose(qgq) + rgr - transpose(rgr)) * triangle_mask<T>(n, rgr.sharding(), T(1), T(1));
-  return matmul(q, gr + times_inverse_transpose(m, r)) + times_inverse_transpose(gq - matmul(q, qgq), r);
+  const auto a1 = matmul(transpose(q), gq), a2 = matmul(gr, transpose(r));
+  const auto d = a1 - a2;
+  const auto m = (d - adjoint(d)) * triangle_mask<T>(n, d.sharding(), T(1), T(0.5));
+  return times_inverse_transpose(matmul(conjugated(q), a2 + m - a1) + gq, r);
 }
 
 /// a's cotangent from q's (gq) or r's (gr; null: zero). A wide a (m < n) is split as [x | y] with
-/// r = [u | v]: x = q u is the square case with gq + y gv^T for q's cotangent, and y = q v gives
-/// y's cotangent q gv (TensorFlow's reduction).
+/// r = [u | v]: x = q u is the square case with gq + conj(y gv^T) for q's cotangent, and y = q v
+/// gives y's cotangent conj(q) gv (TensorFlow's reduction; the conjugates for complex matrices,
+/// where v = q^H y).
 template <class T>
 DistArray<T> qr_pullback(const DistArray<T>& q, const DistArray<T>& r, const DistArray<T>* gq_in,
                          const DistArray<T>* gr_in) {
@@ -41,57 +53,60 @@ DistArray<T> qr_pullback(const DistArray<T>& q, const DistArray<T>& r, const Dis
   if (m >= n) return qr_pullback_tall(q, r, gq, gr);
   const auto u = slice(r, {0, 0}, {k, m}), v = slice(r, {0, m}, {k, n});
   const auto gu = slice(gr, {0, 0}, {k, m}), gv = slice(gr, {0, m}, {k, n});
-  const auto dx = qr_pullback_tall(q, u, gq + matmul(matmul(q, v), transpose(gv)), gu);
-  return concatenate(std::vector<DistArray<T>>{dx, matmul(q, gv)}, 1);
+  const auto dx = qr_pullback_tall(q, u, gq + conjugated(matmul(matmul(q, v), transpose(gv))), gu);
+  return concatenate(std::vector<DistArray<T>>{dx, matmul(conjugated(q), gv)}, 1);
 }
 
 /// The factor of a = u diag(s) vh whose cotangent a pullback takes.
 enum class SvdFactor { u, s, vh };
 
-/// What svd's pullbacks keep: the factors, and the singular values on the host (F's entries).
+/// What svd's pullbacks keep: the factors (s in the element type, for the products), and the
+/// singular values on the host (F's entries).
 template <class T>
 struct SvdFactors {
   DistArray<T> u, s, vh;
-  std::vector<T> values;
+  std::vector<real_t<T>> values;
 };
 
 /// a's cotangent from one factor's, Townsend's (2016) terms for the
 /// reduced real SVD, with S = diag(s), V = vh^T and F_ij = 1 / (s_j^2 - s_i^2) off the diagonal:
 /// s: U diag(gs) Vh; u: U (F o (U^T gU - gU^T U)) S Vh + (gU - U U^T gU) S^-1 Vh;
 /// vh: U S (F o (Vh gVh^T - gVh Vh^T)) Vh + U S^-1 (gVh - gVh Vh^T Vh). Distinct, nonzero singular
-/// values (as JAX and PyTorch assume).
+/// values (as JAX and PyTorch assume). Complex, in JAX's convention, with B = U^T gU and
+/// E = conj(Vh gVh^T): s: conj(U) diag(gs) conj(Vh); u: conj(U) [(F o (B - B^H)) S + diag(i Im B_ii
+/// / s_i) - B S^-1] conj(Vh) + gU S^-1 conj(Vh); vh: conj(U) [S (F o (E - E^H)) conj(Vh) + S^-1 (gVh
+/// - gVh Vh^T conj(Vh))]. The diagonal term is JAX's choice of the columns' phases (U's turns, V's
+/// do not), right for losses the phases leave alone (docs/numerics.md).
 template <class T>
 DistArray<T> svd_pullback(const SvdFactors<T>& f, SvdFactor which, const DistArray<T>& g) {
   const int64_t k = f.s.shape()[0];
   const auto row = [&](const DistArray<T>& v) { return reshape(v, {1, k}); };  // scales columns
   const auto col = [&](const DistArray<T>& v) { return reshape(v, {k, 1}); };  // scales rows
-  if (which == SvdFactor::s) return matmul(f.u * row(g), f.vh);
+  const auto u = conjugated(f.u), vh = conjugated(f.vh);
+  if (which == SvdFactor::s) return matmul(u * row(g), vh);
   const auto inverse_s = T(1) / f.s;
   const NamedSharding replicated(f.s.sharding().mesh(), P());
   const auto fmat = make_array_from_callback<T>({k, k}, replicated, [&](const Box& box) {
     std::vector<T> v;
     for (int64_t i = box[0].start; i < box[0].stop; ++i)
       for (int64_t j = box[1].start; j < box[1].stop; ++j) {
-        const T si = f.values[size_t(i)], sj = f.values[size_t(j)];
-        v.push_back(i == j ? T(0) : T(1) / (sj * sj - si * si));
+        const real_t<T> si = f.values[size_t(i)], sj = f.values[size_t(j)];
+        v.push_back(i == j ? T(0) : T(1 / (sj * sj - si * si)));
       }
     return v;
   });
   if (which == SvdFactor::u) {
-    const auto ugu = matmul(transpose(f.u), g);
-    const auto inner = fmat * (ugu - transpose(ugu)) * row(f.s);
-    return matmul(matmul(f.u, inner) + (g - matmul(f.u, ugu)) * row(inverse_s), f.vh);
+    const auto b = matmul(transpose(f.u), g);
+    const auto skew = b - adjoint(b);
+    auto inner = fmat * skew * row(f.s) - b * row(inverse_s);
+    if constexpr (is_complex_v<T>)  // i Im(B_ii) / s_i on the diagonal
+      inner = inner + skew * triangle_mask<T>(k, skew.sharding(), T(0), T(0.5)) * row(inverse_s);
+    return matmul(matmul(u, inner) + g * row(inverse_s), vh);
   }
   const auto vgv = matmul(f.vh, transpose(g));
-  const auto inner = col(f.s) * (fmat * (vgv - transpose(vgv)));
-  return matmul(f.u, matmul(inner, f.vh) + col(inverse_s) * (g - matmul(transpose(vgv), f.vh)));
-}
-
-/// A complex factorization's gradient, which is not in yet: an error naming `op`, on every rank of
-/// the mesh (each runs the pullback). Real types pass.
-template <class T>
-void refuse_complex_gradient(const char* op) {
-  DAX_CHECK(!is_complex_v<T>, op, "'s gradient of a complex matrix is not in yet (JAX defines it; real matrices have it)");
+  const auto e = conjugated(vgv);
+  const auto inner = col(f.s) * (fmat * (e - adjoint(e)));
+  return matmul(u, matmul(inner, vh) + col(inverse_s) * (g - matmul(transpose(vgv), vh)));
 }
 
 }  // namespace dax::detail
@@ -144,13 +159,11 @@ QR<T> qr(const DistArray<T>& a) {
   DistArray<T> q = slice(detail::from_cyclic(pa, grid, mesh, rows), {0, 0}, {m, k});
   detail::record("qr", q, [&](auto) {
     return [q, r](const DistArray<T>& gq) {
-      detail::refuse_complex_gradient<T>("qr");
       return detail::Cotangents{detail::AnyArray(detail::qr_pullback<T>(q, r, &gq, nullptr))};
     };
   }, a);
   detail::record("qr", r, [&](auto) {
     return [q, r](const DistArray<T>& gr) {
-      detail::refuse_complex_gradient<T>("qr");
       return detail::Cotangents{detail::AnyArray(detail::qr_pullback<T>(q, r, nullptr, &gr))};
     };
   }, a);
@@ -211,28 +224,27 @@ SVD<T> svd(const DistArray<T>& a) {
   SVD<T> out{detail::from_cyclic(pu, grid, mesh, rows), device_put(sv, {k}, replicated),
              detail::from_cyclic(pv, grid, mesh, rows)};
   // Each factor's cotangent contributes its own term of Townsend's formula (linear in the three).
-  if constexpr (detail::is_complex_v<T>) {
-    const auto refuse = [&](auto) {
-      return [](const auto&) {
-        detail::refuse_complex_gradient<T>("svd");
-        return detail::Cotangents{};
+  // s's cotangent is real for a complex matrix: taken into the element type first.
+  const auto in_element_type = [](const DistArray<R>& x) {
+    if constexpr (detail::is_complex_v<T>) return dax::complex(x, zeros<R>(x.shape(), x.sharding()));
+    else return x;
+  };
+  const auto factors = detail::SvdFactors<T>{out.u, device_put(std::vector<T>(sv.begin(), sv.end()), {k}, replicated),
+                                             out.vh, sv};
+  const auto pullback = [&](detail::SvdFactor which) {
+    return [&, which](auto) {
+      return [factors, which](const DistArray<T>& g) {
+        return detail::Cotangents{detail::AnyArray(detail::svd_pullback(factors, which, g))};
       };
     };
-    detail::record("svd", out.u, refuse, a);
-    detail::record("svd", out.s, refuse, a);
-    detail::record("svd", out.vh, refuse, a);
-  } else {
-    const auto pullback = [&](detail::SvdFactor which) {
-      return [&, which](auto) {
-        return [f = detail::SvdFactors<T>{out.u, out.s, out.vh, sv}, which](const DistArray<T>& g) {
-          return detail::Cotangents{detail::AnyArray(detail::svd_pullback(f, which, g))};
-        };
-      };
+  };
+  detail::record("svd", out.u, pullback(detail::SvdFactor::u), a);
+  detail::record("svd", out.s, [&](auto) {
+    return [factors, in_element_type](const DistArray<R>& g) {
+      return detail::Cotangents{detail::AnyArray(detail::svd_pullback(factors, detail::SvdFactor::s, in_element_type(g)))};
     };
-    detail::record("svd", out.u, pullback(detail::SvdFactor::u), a);
-    detail::record("svd", out.s, pullback(detail::SvdFactor::s), a);
-    detail::record("svd", out.vh, pullback(detail::SvdFactor::vh), a);
-  }
+  }, a);
+  detail::record("svd", out.vh, pullback(detail::SvdFactor::vh), a);
   return out;
 }
 
