@@ -565,7 +565,7 @@ TEST_CASE("gradients of complex cholesky, solve, triangular_solve, inv, slogdet 
   using dax::DistArray;
   using Leaves = std::vector<DistArray<complex128>>;
   Pick pick(37);
-  for (int trial = 0; trial < 3; ++trial) {
+  for (int trial = 0; trial < 2; ++trial) {
     const Mesh& mesh = random_mesh(pick);
     const int64_t n = 2 + int64_t(pick(3)), k = 1 + int64_t(pick(2));
     const NamedSharding sa = random_sharding(pick, mesh, 2), sb = random_sharding(pick, mesh, 2);
@@ -607,9 +607,9 @@ TEMPLATE_TEST_CASE("complex eigh: real ascending eigenvalues, unitary eigenvecto
   using R = typename C::value_type;
   const double tol = std::is_same_v<R, float> ? 2e-4 : 1e-10;
   Pick pick(38);
-  for (int trial = 0; trial < 8; ++trial) {
+  for (int trial = 0; trial < 5; ++trial) {
     const Mesh& mesh = random_mesh(pick);
-    const int64_t n = 1 + int64_t(pick(30));
+    const int64_t n = 1 + int64_t(pick(20));
     const NamedSharding s = random_sharding(pick, mesh, 2);
     INFO("n " << n << " " << dax::to_string(s));
     auto h = hpd(n, 390 + trial);
@@ -646,7 +646,7 @@ TEST_CASE("gradients of complex eigh equal central differences, for losses the v
   using dax::DistArray;
   using Leaves = std::vector<DistArray<complex128>>;
   Pick pick(39);
-  for (int trial = 0; trial < 3; ++trial) {
+  for (int trial = 0; trial < 2; ++trial) {
     const Mesh& mesh = random_mesh(pick);
     const int64_t n = 2 + int64_t(pick(3));
     const NamedSharding sa = random_sharding(pick, mesh, 2), sc = random_sharding(pick, mesh, 2);
@@ -694,7 +694,7 @@ TEST_CASE("gradients of complex svd equal central differences, for losses the co
   using dax::DistArray;
   using Leaves = std::vector<DistArray<complex128>>;
   Pick pick(41);
-  const int64_t shapes[3][2] = {{5, 3}, {3, 3}, {2, 4}};  // tall, square, wide
+  const int64_t shapes[3][2] = {{4, 2}, {2, 2}, {2, 3}};  // tall, square, wide
   for (int trial = 0; trial < 3; ++trial) {
     const Mesh& mesh = random_mesh(pick);
     const int64_t m = shapes[trial][0], n = shapes[trial][1], k = std::min(m, n);
