@@ -47,8 +47,8 @@ inline int describe(int* desc, int m, int n, int nb, int context, int ld) {
   return info;
 }
 
-/// The ScaLAPACK routines dax::linalg calls, by element type (float, double; complex64 and
-/// complex128 for the factorizations and solves).
+/// The ScaLAPACK routines dax::linalg calls, by element type (float, double, complex64,
+/// complex128).
 template <class R>
 using Scalapack = cpu::Scalapack<R>;
 

@@ -2,8 +2,8 @@
 // every device of its mesh (the planner's fewest bytes), dealt into ScaLAPACK's block-cyclic layout
 // on a process grid made from the mesh (one all-to-all), factored or solved there, and brought back
 // the same way to the sharding asked for (the input's by default). Errors (not positive definite,
-// singular) are dax::Errors on every rank. float and double; complex64 and complex128 for the
-// factorizations and solves (cholesky, solve, triangular_solve, inv, slogdet, det); docs/numerics.md.
+// singular) are dax::Errors on every rank. float, double, complex64 and complex128;
+// docs/numerics.md.
 #pragma once
 
 #include <algorithm>
@@ -658,7 +658,7 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   int info = 0, iwork_size = 0, query = -1;
   T work_size = 0;
   R rwork_size = 0;
-  const auto solve = [&](T* work, const int* lwork, R* rwork, const int* lrwork, int* iwork, const int* liwork) {
+  const auto eigensolver = [&](T* work, const int* lwork, R* rwork, const int* lrwork, int* iwork, const int* liwork) {
     if constexpr (detail::is_complex_v<T>)
       detail::dev::Scalapack<T>::heevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
                                        pz.desc, work, lwork, rwork, lrwork, iwork, liwork, &info);
@@ -666,7 +666,7 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
       detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
                                        pz.desc, work, lwork, iwork, liwork, &info);
   };
-  solve(&work_size, &query, &rwork_size, &query, &iwork_size, &query);
+  eigensolver(&work_size, &query, &rwork_size, &query, &iwork_size, &query);
   // ScaLAPACK's workspace query for p?syevd can come out short (PDORMTR then refuses LWORK and the
   // vectors are garbage: n = 16-19 or 32-65 with 16-row blocks on one process): the larger of it
   // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a
@@ -677,13 +677,17 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
                                  : std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
   const int lwork = detail::int_size(grid, std::max<int64_t>(int64_t(std::real(work_size)), documented) + n * nb, "eigh",
                                      "a workspace");
-  const int lrwork = detail::int_size(grid, std::max<int64_t>(int64_t(rwork_size), 1 + 9 * n + 3 * np * nq) + n * nb,
-                                      "eigh", "a workspace");
-  const int liwork = std::max<int>(iwork_size, int(7 * n + 8 * grid.shape.cols + 2 * grid.shape.rows + 2));
+  const int lrwork = detail::is_complex_v<T> ? detail::int_size(grid, std::max<int64_t>(int64_t(rwork_size),
+                                                                                        1 + 9 * n + 3 * np * nq) + n * nb,
+                                                                 "eigh", "a workspace")
+                                             : 1;
+  // p?heevd's documented integer workspace, 7n + 8 npcol + 2, over either grid's column count.
+  const int liwork = detail::is_complex_v<T> ? std::max<int>(iwork_size, int(7 * n + 8 * std::max(grid.shape.cols, grid.shape.rows) + 2))
+                                             : std::max(iwork_size, 1);
   std::vector<T> work(lwork);
   std::vector<R> rwork(detail::is_complex_v<T> ? lrwork : 1);
   std::vector<int> iwork(liwork);
-  solve(work.data(), &lwork, rwork.data(), &lrwork, iwork.data(), &liwork);
+  eigensolver(work.data(), &lwork, rwork.data(), &lrwork, iwork.data(), &liwork);
   info = detail::agreed_info(grid, info);
   DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?", detail::is_complex_v<T> ? "heevd" : "syevd", " did not converge (info ",
             info, ")");
