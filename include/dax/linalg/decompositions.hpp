@@ -17,13 +17,6 @@ DistArray<T> times_inverse_transpose(const DistArray<T>& x, const DistArray<T>& 
   return transpose(linalg::triangular_solve(r, transpose(x), false));
 }
 
-/// x conjugated (a real x as it is).
-template <class T>
-DistArray<T> conjugated(const DistArray<T>& x) {
-  if constexpr (is_complex_v<T>) return dax::conj(x);
-  else return x;
-}
-
 /// The pullback of a = q r (reduced) for m >= n, r square (TensorFlow's and PyTorch's rule, from
 /// Walter and Lehmann): with M = tril(Q^T gQ - gQ^T Q + R gR^T - gR R^T),
 /// a's cotangent is Q (gR + M R^-T) + (gQ - Q Q^T gQ) R^-T. Complex, in JAX's convention (R's
@@ -225,10 +218,6 @@ SVD<T> svd(const DistArray<T>& a) {
              detail::from_cyclic(pv, grid, mesh, rows)};
   // Each factor's cotangent contributes its own term of Townsend's formula (linear in the three).
   // s's cotangent is real for a complex matrix: taken into the element type first.
-  const auto in_element_type = [](const DistArray<R>& x) {
-    if constexpr (detail::is_complex_v<T>) return dax::complex(x, zeros<R>(x.shape(), x.sharding()));
-    else return x;
-  };
   const auto factors = detail::SvdFactors<T>{out.u, device_put(std::vector<T>(sv.begin(), sv.end()), {k}, replicated),
                                              out.vh, sv};
   const auto pullback = [&](detail::SvdFactor which) {
@@ -240,8 +229,9 @@ SVD<T> svd(const DistArray<T>& a) {
   };
   detail::record("svd", out.u, pullback(detail::SvdFactor::u), a);
   detail::record("svd", out.s, [&](auto) {
-    return [factors, in_element_type](const DistArray<R>& g) {
-      return detail::Cotangents{detail::AnyArray(detail::svd_pullback(factors, detail::SvdFactor::s, in_element_type(g)))};
+    return [factors](const DistArray<R>& g) {
+      return detail::Cotangents{
+          detail::AnyArray(detail::svd_pullback(factors, detail::SvdFactor::s, detail::in_element_type<T>(g)))};
     };
   }, a);
   detail::record("svd", out.vh, pullback(detail::SvdFactor::vh), a);

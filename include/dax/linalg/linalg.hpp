@@ -39,11 +39,25 @@ template <class T>
 concept solver_type = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, complex64> ||
                       std::is_same_v<T, complex128>;
 
+/// x conjugated (a real x as it is).
+template <class T>
+DistArray<T> conjugated(const DistArray<T>& x) {
+  if constexpr (is_complex_v<T>) return dax::conj(x);
+  else return x;
+}
+
 /// x^H: the conjugate transpose (the transpose for a real x).
 template <class T>
 DistArray<T> adjoint(const DistArray<T>& x) {
-  if constexpr (is_complex_v<T>) return dax::conj(transpose(x));
-  else return transpose(x);
+  return conjugated(transpose(x));
+}
+
+/// A real array `x` (a cotangent of a real output: log |det|, eigenvalues, singular values) in the
+/// element type T: x + 0i for a complex T, x itself for a real one. Partial sums stay partial.
+template <class T>
+DistArray<T> in_element_type(const DistArray<real_t<T>>& x) {
+  if constexpr (is_complex_v<T>) return dax::complex(x, zeros<real_t<T>>(x.shape(), x.sharding()));
+  else return x;
 }
 
 /// How a matrix is dealt over a BLACS grid, seen from the matrix: `prows` grid rows take its block
@@ -581,23 +595,26 @@ SignLogDet<T> slogdet(const DistArray<T>& a) {
   // one, e^(i theta) with d theta = Im tr(inv(a) da), gives i Im(g sign) inv(a)^T in JAX's
   // convention (the two add up to det's g det inv(a)^T through det = sign exp(logabsdet)). A
   // singular a has none (an error, where JAX gives infinities).
+  // A complex det's gradient takes both pullbacks: the inverse is made once and kept for the other
+  // (with the tape that holds them).
   auto lu = std::make_shared<const detail::CyclicPiece<T>>(pa);
-  const auto inverse_transposed = [lu, pivots, mesh, singular,
+  auto made = std::make_shared<std::optional<DistArray<T>>>();
+  const auto inverse_transposed = [lu, made, pivots, mesh, singular,
                                    target = detail::with_unreduced_axes(a.sharding(), 2, {})]() {
     DAX_CHECK(!singular, "slogdet's gradient: the matrix is singular (log |det a| is -inf), so it has none");
+    if (*made) return **made;
     const auto& grid = detail::blacs_grid(mesh);
     detail::CyclicPiece<T> inverse = *lu;  // p?getri overwrites its input: a copy of the factors
     const size_t bytes = size_t(std::max<int64_t>(lu->rows * lu->cols, 1)) * sizeof(T);
     inverse.storage = detail::dev::allocate(bytes);
     detail::dev::copy(inverse.storage->data(), lu->storage->data(), bytes);
     detail::invert_lu(grid, inverse, pivots, "slogdet's gradient");
-    return transpose(detail::from_cyclic(inverse, grid, mesh, target));
+    *made = transpose(detail::from_cyclic(inverse, grid, mesh, target));
+    return **made;
   };
   detail::record("slogdet", out.logabsdet, [&](auto) {
     return [inverse_transposed](const DistArray<R>& g) {
-      if constexpr (detail::is_complex_v<T>)
-        return detail::Cotangents{detail::AnyArray(inverse_transposed() * dax::complex(g, zeros<R>({}, g.sharding())))};
-      else return detail::Cotangents{detail::AnyArray(inverse_transposed() * g)};
+      return detail::Cotangents{detail::AnyArray(inverse_transposed() * detail::in_element_type<T>(g))};
     };
   }, a);
   if constexpr (detail::is_complex_v<T>)
@@ -615,12 +632,7 @@ template <class T>
   requires detail::solver_type<T>
 DistArray<T> det(const DistArray<T>& a) {
   const auto s = slogdet(a);
-  if constexpr (detail::is_complex_v<T>) {
-    const auto magnitude = exp(s.logabsdet);
-    return s.sign * dax::complex(magnitude, zeros<detail::real_t<T>>({}, magnitude.sharding()));
-  } else {
-    return s.sign * exp(s.logabsdet);
-  }
+  return s.sign * detail::in_element_type<T>(exp(s.logabsdet));
 }
 
 /// numpy.linalg.eigh: eigenvalues ascending (a replicated (n,) array, real for a complex matrix) and
@@ -704,24 +716,17 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
   const auto symmetric_part = [](const DistArray<T>& k) {
     return (k + detail::adjoint(k)) * detail::triangle_mask<T>(k.shape()[0], k.sharding(), T(1), T(0.5));
   };
-  const auto conjugate = [](const DistArray<T>& v) {
-    if constexpr (detail::is_complex_v<T>) return dax::conj(v);
-    else return v;
-  };
   detail::record("eigh", values, [&](auto) {
-    return [vectors, symmetric_part, conjugate](const DistArray<R>& gw) {
+    return [vectors, symmetric_part](const DistArray<R>& gw) {
       const int64_t m = vectors.shape()[0];
       const auto eye = detail::triangle_mask<T>(m, vectors.sharding(), T(0), T(1));
-      const auto diagonal = [&] {
-        if constexpr (detail::is_complex_v<T>) return eye * reshape(dax::complex(gw, zeros<R>({m}, gw.sharding())), {1, m});
-        else return eye * reshape(gw, {1, m});
-      }();
-      const auto k = matmul(matmul(conjugate(vectors), diagonal), transpose(vectors));
+      const auto diagonal = eye * reshape(detail::in_element_type<T>(gw), {1, m});
+      const auto k = matmul(matmul(detail::conjugated(vectors), diagonal), transpose(vectors));
       return detail::Cotangents{detail::AnyArray(symmetric_part(k))};
     };
   }, a);
   detail::record("eigh", vectors, [&](auto) {
-    return [vectors, w, symmetric_part, conjugate](const DistArray<T>& gv) {
+    return [vectors, w, symmetric_part](const DistArray<T>& gv) {
       const int64_t m = vectors.shape()[0];
       const auto f = make_array_from_callback<T>({m, m}, detail::with_unreduced_axes(vectors.sharding(), 2, {}),
                                                  [&](const Box& box) {
@@ -731,7 +736,7 @@ Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = st
                                                        v.push_back(i == j ? T(0) : T(R(1) / (w[j] - w[i])));
                                                    return v;
                                                  });
-      const auto k = matmul(matmul(conjugate(vectors), f * matmul(transpose(vectors), gv)), transpose(vectors));
+      const auto k = matmul(matmul(detail::conjugated(vectors), f * matmul(transpose(vectors), gv)), transpose(vectors));
       return detail::Cotangents{detail::AnyArray(symmetric_part(k))};
     };
   }, a);
