@@ -244,7 +244,13 @@ TEMPLATE_TEST_CASE("inv, slogdet, det, eigh and norm against the host", "[linalg
     }
     // eigh of a symmetric matrix: a v = v diag(w), v^T v = I, w ascending.
     const auto sym = spd(n, 120 + trial);
-    const auto e = dax::linalg::eigh(dax::device_put(narrow<T>(sym), {n, n}, s));
+    const auto dsym = dax::device_put(narrow<T>(sym), {n, n}, s);
+    const auto e = dax::linalg::eigh(dsym);
+    // Its singular values are its eigenvalues: the nuclear norm is the trace.
+    double trace = 0;
+    for (int64_t i = 0; i < n; ++i) trace += sym[i * n + i];
+    const auto nuclear = host(dax::linalg::norm(dsym, "nuc"));
+    if (!nuclear.empty()) CHECK(std::abs(double(nuclear[0]) - trace) <= tol * double(n) * trace);
     CHECK(e.eigenvectors.sharding() == s);
     const auto w = host(e.eigenvalues), v = host(e.eigenvectors);
     if (!w.empty()) {
@@ -306,7 +312,8 @@ TEMPLATE_TEST_CASE("qr and svd of tall and wide matrices reproduce them, real an
     const auto d = dax::linalg::svd(da);
     REQUIRE(d.u.shape() == Shape{m, k});
     REQUIRE(d.vh.shape() == Shape{k, n});
-    const auto u = host(d.u), sv = host(d.s), vh = host(d.vh);
+    const auto u = host(d.u), vh = host(d.vh);
+    const auto sv = host(d.s);
     std::vector<dax::detail::real_t<T>> two;
     if constexpr (!is_complex) two = host(dax::linalg::norm(da, "2"));
     if (q.empty()) continue;  // a rank outside the mesh
@@ -551,7 +558,8 @@ TEMPLATE_TEST_CASE("complex matrices: cholesky, solve, triangular_solve, inv, sl
     // slogdet: a complex sign of modulus 1 and a real log |det|; det their product.
     const auto sl = dax::linalg::slogdet(da);
     static_assert(std::is_same_v<decltype(sl.logabsdet), dax::DistArray<R>>);
-    const auto sign = host(sl.sign), logabs = host(sl.logabsdet), d = host(dax::linalg::det(da));
+    const auto sign = host(sl.sign), d = host(dax::linalg::det(da));
+    const auto logabs = host(sl.logabsdet);
     if (!sign.empty()) {
       CHECK(std::abs(complex128(sign[0]) - want_det / std::abs(want_det)) <= tol * double(n));
       CHECK(std::abs(double(logabs[0]) - std::log(std::abs(want_det))) <= tol * double(n) * std::max(1.0, std::log(std::abs(want_det))));
@@ -715,4 +723,211 @@ TEST_CASE("gradients of complex svd equal central differences, for losses the co
         },
         {a}, {{m, n}}, {sa}, 1e-6);
   }
+}
+
+namespace {
+
+/// A random n x k matrix of element type W (double or complex128), in [-1, 1) (both parts).
+template <class W>
+std::vector<W> random_of(int64_t n, int64_t k, unsigned seed) {
+  if constexpr (dax::detail::is_complex_v<W>) return random_complex_matrix(n, k, seed);
+  else return random_matrix(n, k, seed);
+}
+
+/// `count` matrices made by `make(i)`, one after the other (a batch's row-major data).
+template <class Make>
+auto stacked(int64_t count, Make&& make) {
+  decltype(make(0)) all;
+  for (int64_t i = 0; i < count; ++i) {
+    const auto m = make(i);
+    all.insert(all.end(), m.begin(), m.end());
+  }
+  return all;
+}
+
+/// Matrix i (of `size` elements) of a batch's data.
+template <class S>
+std::vector<S> matrix_of(const std::vector<S>& all, int64_t i, int64_t size) {
+  return std::vector<S>(all.begin() + i * size, all.begin() + (i + 1) * size);
+}
+
+Shape with_matrix(Shape batch, std::initializer_list<int64_t> tail) {
+  batch.insert(batch.end(), tail);
+  return batch;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("batches of matrices: cholesky, solve, triangular_solve, inv, slogdet and det of each, any sharding",
+                   "[linalg][batched]", double, dax::complex64) {
+  using T = TestType;
+  using W = std::conditional_t<dax::detail::is_complex_v<T>, complex128, double>;
+  const double tol = std::is_same_v<T, double> ? 1e-11 : 1e-4;
+  Pick pick(41);
+  for (int trial = 0; trial < 6; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const Shape batch = trial % 2 ? Shape{1 + int64_t(pick(3)), 1 + int64_t(pick(3))} : Shape{1 + int64_t(pick(9))};
+    const int64_t n = 1 + int64_t(pick(6)), k = 1 + int64_t(pick(3)), count = dax::numel(batch);
+    const Shape sa = with_matrix(batch, {n, n}), sb = with_matrix(batch, {n, k}), sv = with_matrix(batch, {n});
+    const NamedSharding ha = random_sharding(pick, mesh, sa.size()), hb = random_sharding(pick, mesh, sb.size());
+    const NamedSharding hv = random_sharding(pick, mesh, sv.size());
+    INFO("batch " << dax::to_string(batch) << " n " << n << " k " << k << " " << dax::to_string(ha) << " "
+                  << dax::to_string(hb) << " " << dax::to_string(hv));
+    const unsigned seed = 400 + 10 * trial;
+    // Cholesky of each positive definite matrix, in a's sharding, zeros above the diagonal.
+    const auto pd = stacked(count, [&](int64_t i) { return gram_plus_diagonal(random_of<W>(n, n, seed + i), n); });
+    const auto l = dax::linalg::cholesky(dax::device_put(narrow<T>(pd), sa, ha));
+    CHECK(l.sharding() == ha);
+    const auto lh = host(l);
+    const auto want_l = stacked(count, [&](int64_t i) { return host_cholesky(matrix_of(pd, i, n * n), n); });
+    CHECK(relative_error(lh, want_l) <= tol * double(n));
+    // solve with matrices and with vectors, each matrix's own; the triangles; the inverse.
+    const auto a = stacked(count, [&](int64_t i) {
+      auto m = random_of<W>(n, n, seed + 100 + i);
+      for (int64_t j = 0; j < n; ++j) m[j * n + j] += W(2.5);
+      return m;
+    });
+    const auto b = stacked(count, [&](int64_t i) { return random_of<W>(n, k, seed + 200 + i); });
+    const auto v = stacked(count, [&](int64_t i) { return random_of<W>(n, 1, seed + 300 + i); });
+    const auto da = dax::device_put(narrow<T>(a), sa, ha);
+    const auto x = dax::linalg::solve(da, dax::device_put(narrow<T>(b), sb, hb));
+    CHECK(x.sharding() == hb);
+    std::vector<W> dets(count);
+    CHECK(relative_error(host(x), stacked(count, [&](int64_t i) {
+            return host_solve(matrix_of(a, i, n * n), matrix_of(b, i, n * k), n, k, &dets[i]);
+          })) <= tol * double(n));
+    CHECK(relative_error(host(dax::linalg::solve(da, dax::device_put(narrow<T>(v), sv, hv))), stacked(count, [&](int64_t i) {
+            return host_solve(matrix_of(a, i, n * n), matrix_of(v, i, n), n, 1);
+          })) <= tol * double(n));
+    for (bool lower : {true, false}) {
+      const auto t = stacked(count, [&](int64_t i) {
+        auto m = matrix_of(a, i, n * n);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < n; ++c)
+            if (lower ? c > r : c < r) m[r * n + c] = 0;
+        return m;
+      });
+      CHECK(relative_error(host(dax::linalg::triangular_solve(da, dax::device_put(narrow<T>(b), sb, hb), lower)),
+                           stacked(count, [&](int64_t i) {
+                             return host_solve(matrix_of(t, i, n * n), matrix_of(b, i, n * k), n, k);
+                           })) <= tol * double(n));
+    }
+    std::vector<W> eye(n * n, W(0));
+    for (int64_t j = 0; j < n; ++j) eye[j * n + j] = 1;
+    const auto ai = dax::linalg::inv(da);
+    CHECK(ai.sharding() == ha);
+    CHECK(relative_error(host(ai), stacked(count, [&](int64_t i) { return host_solve(matrix_of(a, i, n * n), eye, n, n); })) <=
+          tol * double(n));
+    // slogdet and det: arrays of the batch's shape, split as a's batch dimensions.
+    const auto sl = dax::linalg::slogdet(da);
+    CHECK(sl.sign.shape() == batch);
+    const auto sign = host(sl.sign), d = host(dax::linalg::det(da));
+    const auto logabs = host(sl.logabsdet);
+    for (int64_t i = 0; i < count && !sign.empty(); ++i) {
+      CHECK(std::abs(W(sign[i]) - dets[i] / std::abs(dets[i])) <= tol * double(n));
+      CHECK(std::abs(double(logabs[i]) - std::log(std::abs(dets[i]))) <= tol * double(n) * 4);
+      CHECK(std::abs(W(d[i]) - dets[i]) <= tol * double(n) * std::abs(dets[i]));
+    }
+  }
+}
+
+TEST_CASE("a batch split over the mesh factors in place: nothing moves but the check for failures",
+          "[linalg][batched]") {
+  const int world = dax::test::world_size();
+  const Mesh mesh(Shape{world}, {"x"});
+  const int64_t count = 2 * world + 1, n = 5;  // uneven: some devices hold one more matrix
+  const auto pd = stacked(count, [&](int64_t i) { return spd(n, 500 + unsigned(i)); });
+  const auto a = dax::device_put(pd, {count, n, n}, NamedSharding(mesh, P("x")));
+  dax::comm_stats().reset();
+  const auto l = dax::linalg::cholesky(a);
+  CHECK(dax::comm_stats().of("all_gather").bytes == 0);
+  CHECK(dax::comm_stats().of("all_to_all").bytes == 0);
+  CHECK(relative_error(host(l), stacked(count, [&](int64_t i) { return host_cholesky(matrix_of(pd, i, n * n), n); })) < 1e-12);
+}
+
+TEST_CASE("gradients of batched cholesky, solve, triangular_solve, inv, slogdet and det equal central differences",
+          "[linalg][batched][autodiff]") {
+  Pick pick(42);
+  std::mt19937 rng(43);
+  for (int trial = 0; trial < 2; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t count = 2 + int64_t(pick(2)), n = 2 + int64_t(pick(3)), k = 1 + int64_t(pick(2));
+    const Shape sa{count, n, n}, sb{count, n, k};
+    const NamedSharding ha = random_sharding(pick, mesh, 3), hb = random_sharding(pick, mesh, 3);
+    const NamedSharding hw = random_sharding(pick, mesh, 3);
+    INFO("count " << count << " n " << n << " k " << k << " " << dax::to_string(ha) << " " << dax::to_string(hb));
+    const auto a = stacked(count, [&](int64_t i) {
+      auto m = random_matrix(n, n, 600 + unsigned(trial * 10 + i));
+      for (int64_t j = 0; j < n; ++j) m[j * n + j] += 3.0;
+      return m;
+    });
+    const auto b = random_matrix(count * n, k, 650 + trial);
+    const auto w_nn = dax::device_put(random_matrix(count * n, n, 660 + trial), sa, hw);
+    const auto w_nk = dax::device_put(random_matrix(count * n, k, 670 + trial), sb, hw);
+    const auto w_c = dax::device_put(random_matrix(count, 1, 680 + trial), {count}, NamedSharding(mesh, P()));
+    const auto pd = stacked(count, [&](int64_t i) { return spd(n, 690 + unsigned(trial * 10 + i)); });
+    using dax::test::Params;
+    dax::test::check_against_differences(
+        [&](const Params& p) { return dax::sum(dax::linalg::cholesky(p[0]) * w_nn); }, {pd}, {sa}, {ha}, rng);
+    dax::test::check_against_differences(
+        [&](const Params& p) { return dax::sum(dax::linalg::solve(p[0], p[1]) * w_nk); }, {a, b}, {sa, sb}, {ha, hb}, rng);
+    for (bool lower : {true, false})
+      dax::test::check_against_differences(
+          [&](const Params& p) { return dax::sum(dax::linalg::triangular_solve(p[0], p[1], lower) * w_nk); }, {a, b},
+          {sa, sb}, {ha, hb}, rng);
+    dax::test::check_against_differences([&](const Params& p) { return dax::sum(dax::linalg::inv(p[0]) * w_nn); }, {a},
+                                         {sa}, {ha}, rng);
+    dax::test::check_against_differences(
+        [&](const Params& p) { return dax::sum(dax::linalg::slogdet(p[0]).logabsdet * w_c); }, {a}, {sa}, {ha}, rng);
+    dax::test::check_against_differences([&](const Params& p) { return dax::sum(dax::linalg::det(p[0]) * w_c); }, {a},
+                                         {sa}, {ha}, rng);
+  }
+  // Complex: cholesky and det, each matrix's own phases.
+  using dax::DistArray;
+  using Leaves = std::vector<DistArray<complex128>>;
+  const Mesh& mesh = random_mesh(pick);
+  const int64_t count = 2, n = 2;
+  const NamedSharding ha = random_sharding(pick, mesh, 3);
+  const auto hermitian = stacked(count, [&](int64_t i) { return hpd(n, 700 + unsigned(i)); });
+  const auto w_nn = dax::device_put(random_complex_matrix(count * n, n, 710), {count, n, n}, ha);
+  const auto w_c = dax::device_put(random_complex_matrix(count, 1, 720), {count}, NamedSharding(mesh, P()));
+  dax::test::check_complex_gradient(
+      [&](const Leaves& p) { return dax::sum(dax::real(dax::linalg::cholesky(p[0]) * w_nn)); }, {hermitian},
+      {{count, n, n}}, {ha});
+  auto general = random_complex_matrix(count * n, n, 730);
+  for (int64_t i = 0; i < count * n; ++i) general[i * n + i % n] += complex128(3, 1);
+  dax::test::check_complex_gradient([&](const Leaves& p) { return dax::sum(dax::real(dax::linalg::det(p[0]) * w_c)); },
+                                    {general}, {{count, n, n}}, {ha});
+}
+
+TEST_CASE("batched linalg's errors name the failing matrix, on every rank", "[linalg][batched]") {
+  const int world = dax::test::world_size();
+  const Mesh mesh(Shape{world}, {"x"});
+  const int64_t n = 3;
+  auto pd = stacked(5, [&](int64_t i) { return spd(n, 800 + unsigned(i)); });
+  pd[3 * n * n + 4] = -50;  // matrix 3's (1, 1): its leading minor of order 2 is negative
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::cholesky(dax::device_put(pd, {5, n, n}, NamedSharding(mesh, P("x")))); }) ==
+        "cholesky: the batch's matrix (3,) is not positive definite (its leading minor of order 2 is not positive)");
+  const auto zeros = dax::zeros<double>({2, 2, n, n}, NamedSharding(mesh, P(dax::none, "x")));
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::inv(zeros); }) ==
+        "inv: the batch's matrix (0, 0) is singular (a zero on the diagonal of U, its LU factorization's)");
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::solve(zeros, dax::ones<double>({2, 3, n}, NamedSharding(mesh, P()))); }) ==
+        "solve: a is a batch of matrices (2, 2, 3, 3): expected b of its batch dimensions and rank 3 (vectors) or 4 "
+        "(matrices), got shape (2, 3, 3)");
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::cholesky(dax::zeros<double>({2, 3, 4}, NamedSharding(mesh, P()))); }) ==
+        "cholesky: expected square matrices (..., n, n), got shape (2, 3, 4)");
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::eigh(zeros); }) ==
+        "eigh: takes one matrix (batches of matrices are taken by cholesky, solve, triangular_solve, inv, slogdet and "
+        "det so far), got shape (2, 2, 3, 3)");
+  // A singular matrix of the batch: sign 0 and -inf for it alone, and no gradient.
+  auto mixed = stacked(2, [&](int64_t i) { return spd(n, 810 + unsigned(i)); });
+  for (int64_t j = 0; j < n * n; ++j) mixed[n * n + j] = 0;
+  const auto m = dax::device_put(mixed, {2, n, n}, NamedSharding(mesh, P("x")));
+  const auto s = dax::linalg::slogdet(m);
+  CHECK(host(s.sign)[1] == 0.0);
+  CHECK(host(s.logabsdet)[1] == -std::numeric_limits<double>::infinity());
+  CHECK(std::isfinite(host(s.logabsdet)[0]));
+  CHECK(dax::test::error_of([&] {
+          (void)dax::value_and_grad([](const dax::DistArray<double>& x) { return dax::sum(dax::linalg::slogdet(x).logabsdet); })(m);
+        }) == "slogdet's gradient: 1 of the batch's 2 matrices singular (log |det| is -inf), so it has none");
 }

@@ -1,4 +1,5 @@
-// The generic layer's view of ScaLAPACK (backend/cpu/scalapack.hpp), as fft_ops.hpp is for FFTW:
+// The generic layer's view of ScaLAPACK (backend/cpu/scalapack.hpp) and of the LAPACK routines
+// its batches use (backend/cpu/lapack.hpp), as fft_ops.hpp is for FFTW:
 // BLACS process grids over a group's communicator, a block-cyclic matrix's descriptor, and the
 // routines by element type. dax::linalg deals its matrices over these grids and calls the
 // routines; that BLACS needs the group's MPI communicator is this layer's business. Kept apart
@@ -7,6 +8,7 @@
 
 #include <string>
 
+#include <dax/backend/cpu/lapack.hpp>
 #include <dax/backend/cpu/scalapack.hpp>
 #include <dax/comm/mpi_communicator.hpp>
 #include <dax/core/error.hpp>
@@ -51,5 +53,9 @@ inline int describe(int* desc, int m, int n, int nb, int context, int ld) {
 /// complex128).
 template <class R>
 using Scalapack = cpu::Scalapack<R>;
+
+/// The LAPACK routines of dax::linalg's batches (one whole matrix in one process), by element type.
+template <class T>
+using Lapack = cpu::Lapack<T>;
 
 }  // namespace dax::detail::dev

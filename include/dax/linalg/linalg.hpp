@@ -1,9 +1,10 @@
 // dax::linalg on the CPU through ScaLAPACK: a matrix of any sharding is resharded to rows split over
 // every device of its mesh (the planner's fewest bytes), dealt into ScaLAPACK's block-cyclic layout
 // on a process grid made from the mesh (one all-to-all), factored or solved there, and brought back
-// the same way to the sharding asked for (the input's by default). Errors (not positive definite,
-// singular) are dax::Errors on every rank. float, double, complex64 and complex128;
-// docs/numerics.md.
+// the same way to the sharding asked for (the input's by default). Stacks of matrices (rank > 2:
+// cholesky, solve, triangular_solve, inv, slogdet, det) run LAPACK on each device's whole matrices
+// instead (linalg/batched.hpp). Errors (not positive definite, singular) are dax::Errors on every
+// rank. float, double, complex64 and complex128; docs/numerics.md.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <dax/ops/reshape.hpp>
 #include <dax/backend/device_ops.hpp>
 #include <dax/backend/scalapack_ops.hpp>
+#include <dax/linalg/batched.hpp>
 #include <dax/linalg/block_cyclic.hpp>
 
 namespace dax::detail {
@@ -46,10 +48,10 @@ DistArray<T> conjugated(const DistArray<T>& x) {
   else return x;
 }
 
-/// x^H: the conjugate transpose (the transpose for a real x).
+/// x^H: the conjugate transpose (the transpose for a real x), of each matrix of a batch.
 template <class T>
 DistArray<T> adjoint(const DistArray<T>& x) {
-  return conjugated(transpose(x));
+  return conjugated(transpose_last_two(x));
 }
 
 /// A real array `x` (a cotangent of a real output: log |det|, eigenvalues, singular values) in the
@@ -92,10 +94,15 @@ inline std::map<std::string, std::unique_ptr<BlacsGrid>>& blacs_grids() {
   return grids;
 }
 
-inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
-  // Checked on every call: a meta runtime opened after a real one must not reach a cached grid.
+/// The solvers run on the CPU backend; checked on every call (a meta runtime opened after a real
+/// one must not reach a cached grid).
+inline void check_solver_backend() {
   DAX_CHECK(!dev::on_gpu() && !dev::on_meta(),
             "dax::linalg: runs on the CPU backend (ScaLAPACK); this runtime's backend has no solver yet");
+}
+
+inline const BlacsGrid& blacs_grid(const Mesh& mesh) {
+  check_solver_backend();
   auto& grids = blacs_grids();
   auto& g = grids[to_string(mesh)];
   if (!g) {
@@ -304,12 +311,21 @@ inline int agreed_info(const BlacsGrid& grid, int info) {
   return static_cast<int>(v);
 }
 
-/// b fits a square a as a right-hand side: rank 1 or 2, as many rows, the same mesh.
+/// b fits a square a as a right-hand side: a vector or a matrix (for a batch of matrices, a batch
+/// of vectors (..., n), rank one less, or of matrices (..., n, k), with a's batch dimensions, as
+/// jnp.linalg.solve), as many rows, the same mesh.
 template <class T>
 void check_rhs(const DistArray<T>& a, const DistArray<T>& b, const char* op) {
-  DAX_CHECK(b.ndim() == 1 || b.ndim() == 2, op, ": expected b of rank 1 or 2, got shape ", to_string(b.shape()));
-  DAX_CHECK(b.shape()[0] == a.shape()[0], op, ": a is ", to_string(a.shape()), " but b has ", b.shape()[0],
-            " rows (expected ", a.shape()[0], ")");
+  const size_t batch = a.ndim() - 2;
+  if (batch == 0)
+    DAX_CHECK(b.ndim() == 1 || b.ndim() == 2, op, ": expected b of rank 1 or 2, got shape ", to_string(b.shape()));
+  else
+    DAX_CHECK((b.ndim() == a.ndim() - 1 || b.ndim() == a.ndim()) &&
+                  Shape(b.shape().begin(), b.shape().begin() + batch) == Shape(a.shape().begin(), a.shape().begin() + batch),
+              op, ": a is a batch of matrices ", to_string(a.shape()), ": expected b of its batch dimensions and rank ",
+              a.ndim() - 1, " (vectors) or ", a.ndim(), " (matrices), got shape ", to_string(b.shape()));
+  DAX_CHECK(b.shape()[batch] == a.shape()[batch], op, ": a is ", to_string(a.shape()), " but b has ", b.shape()[batch],
+            " rows (expected ", a.shape()[batch], ")");
   DAX_CHECK(a.sharding().mesh() == b.sharding().mesh(), op, ": a and b are on different meshes: ",
             to_string(a.sharding().mesh()), " and ", to_string(b.sharding().mesh()));
 }
@@ -329,9 +345,14 @@ std::vector<int> lu_of_transpose(const BlacsGrid& grid, CyclicPiece<T>& pa, cons
   return pivots;
 }
 
+/// a is a square matrix, or a batch of them (..., n, n) where `batches` says the routine takes one.
 template <class T>
-void check_square(const DistArray<T>& a, const char* op) {
-  DAX_CHECK(a.ndim() == 2 && a.shape()[0] == a.shape()[1], op, ": expected a square matrix, got shape ",
+void check_square(const DistArray<T>& a, const char* op, bool batches = true) {
+  DAX_CHECK(batches || a.ndim() <= 2, op, ": takes one matrix (batches of matrices are taken by cholesky, solve, ",
+            "triangular_solve, inv, slogdet and det so far), got shape ", to_string(a.shape()));
+  const size_t d = a.ndim();
+  DAX_CHECK(d >= 2 && a.shape()[d - 2] == a.shape()[d - 1], op,
+            d > 2 ? ": expected square matrices (..., n, n), got shape " : ": expected a square matrix, got shape ",
             to_string(a.shape()));
 }
 
@@ -348,10 +369,49 @@ DistArray<T> triangle_mask(int64_t n, const NamedSharding& s, T below, T diagona
   });
 }
 
-/// A rank-1 right-hand side as an (n, 1) matrix; a matrix as it is.
+/// x times triangle_mask's (n, n) mask over its last two dimensions (each matrix of a batch).
 template <class T>
-DistArray<T> as_matrix(const DistArray<T>& b) {
-  return b.ndim() == 1 ? reshape(b, {b.shape()[0], 1}) : b;
+DistArray<T> times_triangle(const DistArray<T>& x, T below, T diagonal, bool lower = true) {
+  const size_t d = x.ndim();
+  const NamedSharding s = make_sharding(x.sharding().mesh(), {x.sharding().dim_axes(d - 2), x.sharding().dim_axes(d - 1)}, {});
+  return x * triangle_mask<T>(x.shape()[d - 1], s, below, diagonal, lower);
+}
+
+/// A right-hand side of a's as matrices: vectors (rank one less than a's) as (..., n, 1).
+template <class T>
+DistArray<T> as_matrix(const DistArray<T>& b, size_t a_ndim = 2) {
+  return size_t(b.ndim()) + 1 == a_ndim ? insert_unit_dim(b, b.ndim()) : b;
+}
+
+/// A per-matrix value (slogdet's, of the batch's shape) ready to scale each (n, n) matrix: two
+/// unit dimensions added; a scalar as it is.
+template <class T>
+DistArray<T> per_matrix_factor(const DistArray<T>& x) {
+  return x.ndim() == 0 ? x : insert_unit_dim(insert_unit_dim(x, x.ndim()), x.ndim() + 1);
+}
+
+/// A batched routine's frame: `a` moved to the batched layout, `run` on it, the result moved to
+/// `target`.
+template <class T, class Run>
+DistArray<T> on_batch(const DistArray<T>& a, const NamedSharding& target, Run&& run) {
+  check_solver_backend();
+  return reshard_untraced(run(reshard_untraced(a, batched_layout(a.sharding(), a.ndim()))), target);
+}
+
+/// solve's and triangular_solve's batched frame: a and b in their batched layouts (b's batch split
+/// as a's), `run(a, b)`, x moved to `out` (default: b's sharding).
+template <class T, class Run>
+DistArray<T> batched_solve_like(const char* op, const DistArray<T>& a, const DistArray<T>& b,
+                                const std::optional<NamedSharding>& out, Run&& run) {
+  check_square(a, op);
+  check_rhs(a, b, op);
+  const NamedSharding target = out ? *out : with_unreduced_axes(b.sharding(), b.ndim(), {});
+  if (!a.sharding().mesh().contains(Runtime::current().rank())) return DistArray<T>(b.shape(), target, nullptr);
+  check_solver_backend();
+  if (numel(b.shape()) == 0) return reshard(b, target);
+  const NamedSharding la = batched_layout(a.sharding(), a.ndim());
+  const NamedSharding lb = batch_with_whole(la, a.ndim(), b.ndim() + 2 - a.ndim());
+  return reshard_untraced(run(reshard_untraced(a, la), reshard_untraced(b, lb)), target);
 }
 
 
@@ -403,6 +463,29 @@ void invert_lu(const BlacsGrid& grid, CyclicPiece<T>& pa, const std::vector<int>
   DAX_CHECK(singular == 0, op, ": the matrix is singular (a zero on the diagonal of U, its LU factorization's)");
 }
 
+/// cholesky's factor of one matrix over the mesh's grid, in `target`.
+template <class T>
+DistArray<T> cholesky_of_matrix(const DistArray<T>& a, const NamedSharding& target) {
+  const Mesh& mesh = a.sharding().mesh();
+  const auto& grid = blacs_grid(mesh);
+  // A's row-major pieces over the normal grid are A^T's column-major ones over the transposed grid
+  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L). Complex: A^T is
+  // conj(A), Hermitian too; its U has U^H U = A^T, so U^T, which reads back, has U^T conj(U) = A.
+  auto piece = to_cyclic(a, grid, grid.normal(), true, grid.context_t,
+                                 block_size(a.shape()[0], grid.shape), "cholesky");
+  const int n = int(piece.m), one = 1;
+  int info = 0;
+  dev::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
+  info = agreed_info(grid, info);
+  DAX_CHECK(info <= 0, "cholesky: the matrix is not positive definite (its leading minor of order ", info,
+            " is not positive)");
+  DAX_CHECK(info == 0, "cholesky: ScaLAPACK's p?potrf refused argument ", -info);
+  for (int64_t r = 0; r < piece.rows; ++r)  // zeros above the diagonal, as NumPy returns
+    for (int64_t c = 0; c < piece.cols; ++c)
+      if (piece.global_col(c) > piece.global_row(r)) piece.at(r, c) = T(0);
+  return from_cyclic(piece, grid, mesh, target);
+}
+
 }  // namespace dax::detail
 
 namespace dax::linalg {
@@ -414,7 +497,9 @@ template <class T>
 DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("solve", a, b);
   // A^T factored, then A x = b as (A^T)^T x = b.
-  DistArray<T> x = detail::solve_like("solve", a, b, out, [](const auto& grid, auto& pa, auto& pb) {
+  DistArray<T> x = a.ndim() > 2 ? detail::batched_solve_like("solve", a, b, out, [](const auto& ab, const auto& bb) {
+    return detail::batched_solve(ab, bb);
+  }) : detail::solve_like("solve", a, b, out, [](const auto& grid, auto& pa, auto& pb) {
     const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "solve", true);
     const int n = int(pa.m), k = int(pb.n), one = 1;
     int info = 0;
@@ -425,9 +510,11 @@ DistArray<T> solve(const DistArray<T>& a, const DistArray<T>& b, const std::opti
   // The pullback: b's cotangent solves a^T gb = g, a's is -gb x^T.
   detail::record("solve", x, [&](auto need) {
     return [need, a, x](const DistArray<T>& g) {
-      const DistArray<T> gb = solve(transpose(a), g);
+      const DistArray<T> gb = solve(detail::transpose_last_two(a), g);
       return detail::Cotangents{
-          need[0] ? detail::AnyArray(-matmul(detail::as_matrix(gb), transpose(detail::as_matrix(x)))) : detail::AnyArray(),
+          need[0] ? detail::AnyArray(-matmul(detail::as_matrix(gb, a.ndim()),
+                                             detail::transpose_last_two(detail::as_matrix(x, a.ndim()))))
+                  : detail::AnyArray(),
           need[1] ? detail::AnyArray(gb) : detail::AnyArray()};
     };
   }, a, b);
@@ -442,7 +529,9 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
                               const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("triangular_solve", a, b);
   // A^T (its triangle flipped) solved transposed.
-  DistArray<T> x = detail::solve_like("triangular_solve", a, b, out, [lower](const auto&, auto& pa, auto& pb) {
+  DistArray<T> x = a.ndim() > 2 ? detail::batched_solve_like("triangular_solve", a, b, out, [lower](const auto& ab, const auto& bb) {
+    return detail::batched_triangular_solve(ab, bb, lower);
+  }) : detail::solve_like("triangular_solve", a, b, out, [lower](const auto&, auto& pa, auto& pb) {
     const int n = int(pa.m), k = int(pb.n), one = 1;
     const T alpha = 1;
     detail::dev::Scalapack<T>::trsm("L", lower ? "U" : "L", "T", "N", &n, &k, &alpha, pa.data(), &one, &one, pa.desc,
@@ -452,11 +541,11 @@ DistArray<T> triangular_solve(const DistArray<T>& a, const DistArray<T>& b, bool
   // triangle that was read.
   detail::record("triangular_solve", x, [&](auto need) {
     return [need, a, x, lower](const DistArray<T>& g) {
-      const DistArray<T> gb = triangular_solve(transpose(a), g, !lower);
+      const DistArray<T> gb = triangular_solve(detail::transpose_last_two(a), g, !lower);
       detail::AnyArray ga;
       if (need[0]) {
-        const auto full = -matmul(detail::as_matrix(gb), transpose(detail::as_matrix(x)));
-        ga = detail::AnyArray(full * detail::triangle_mask<T>(a.shape()[0], full.sharding(), T(1), T(1), lower));
+        const auto full = -matmul(detail::as_matrix(gb, a.ndim()), detail::transpose_last_two(detail::as_matrix(x, a.ndim())));
+        ga = detail::AnyArray(detail::times_triangle(full, T(1), T(1), lower));
       }
       return detail::Cotangents{ga, need[1] ? detail::AnyArray(gb) : detail::AnyArray()};
     };
@@ -472,27 +561,12 @@ template <class T>
 DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("cholesky", a);
   detail::check_square(a, "cholesky");
-  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
+  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), a.ndim(), {});
   const Mesh& mesh = a.sharding().mesh();
   if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(a.shape(), target, nullptr);
-  if (a.shape()[0] == 0) return reshard(a, target);
-  const auto& grid = detail::blacs_grid(mesh);
-  // A's row-major pieces over the normal grid are A^T's column-major ones over the transposed grid
-  // (A^T = A: the upper triangle there is A's lower one, and its factor U is A's L). Complex: A^T is
-  // conj(A), Hermitian too; its U has U^H U = A^T, so U^T, which reads back, has U^T conj(U) = A.
-  auto piece = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t,
-                                 detail::block_size(a.shape()[0], grid.shape), "cholesky");
-  const int n = int(piece.m), one = 1;
-  int info = 0;
-  detail::dev::Scalapack<T>::potrf("U", &n, piece.data(), &one, &one, piece.desc, &info);
-  info = detail::agreed_info(grid, info);
-  DAX_CHECK(info <= 0, "cholesky: the matrix is not positive definite (its leading minor of order ", info,
-            " is not positive)");
-  DAX_CHECK(info == 0, "cholesky: ScaLAPACK's p?potrf refused argument ", -info);
-  for (int64_t r = 0; r < piece.rows; ++r)  // zeros above the diagonal, as NumPy returns
-    for (int64_t c = 0; c < piece.cols; ++c)
-      if (piece.global_col(c) > piece.global_row(r)) piece.at(r, c) = T(0);
-  DistArray<T> l = detail::from_cyclic(piece, grid, mesh, target);
+  if (numel(a.shape()) == 0) return reshard(a, target);
+  DistArray<T> l = a.ndim() > 2 ? detail::on_batch(a, target, [](const auto& ab) { return detail::batched_cholesky(ab); })
+                                : detail::cholesky_of_matrix(a, target);
   // The pullback (Murray 2016, for a read from the lower triangle): with G = tril(g) and Phi the
   // lower triangle with the diagonal halved, M = L^-T Phi(L^T G) L^-1, and the cotangent of a's
   // lower triangle is Phi(M + M^T) (zero above: that triangle is not read). Complex, in JAX's
@@ -500,13 +574,12 @@ DistArray<T> cholesky(const DistArray<T>& a, const std::optional<NamedSharding>&
   // Phi(M + M^H), since a's lower entry is also its upper one conjugated; docs/numerics.md.
   detail::record("cholesky", l, [&](auto) {
     return [l](const DistArray<T>& g) {
-      const int64_t n = l.shape()[0];
-      const auto phi = detail::triangle_mask<T>(n, l.sharding(), T(1), T(0.5));
-      const auto lt = transpose(l);
-      const auto p = matmul(lt, g * detail::triangle_mask<T>(n, l.sharding(), T(1), T(1))) * phi;
-      const auto x = triangular_solve(lt, p, false);                                    // L^-T P
-      const auto m = transpose(triangular_solve(detail::adjoint(l), transpose(x), false));  // (L^-H X^T)^T = X conj(L)^-1
-      return detail::Cotangents{detail::AnyArray((m + detail::adjoint(m)) * phi)};
+      const auto lt = detail::transpose_last_two(l);
+      const auto p = detail::times_triangle(matmul(lt, detail::times_triangle(g, T(1), T(1))), T(1), T(0.5));
+      const auto x = triangular_solve(lt, p, false);  // L^-T P
+      // (L^-H X^T)^T = X conj(L)^-1
+      const auto m = detail::transpose_last_two(triangular_solve(detail::adjoint(l), detail::transpose_last_two(x), false));
+      return detail::Cotangents{detail::AnyArray(detail::times_triangle(m + detail::adjoint(m), T(1), T(0.5)))};
     };
   }, a);
   return l;
@@ -519,21 +592,25 @@ template <class T>
 DistArray<T> inv(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
   const detail::ProfiledOp profiled("inv", a);
   detail::check_square(a, "inv");
-  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
+  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), a.ndim(), {});
   const Mesh& mesh = a.sharding().mesh();
   if (!mesh.contains(Runtime::current().rank())) return DistArray<T>(a.shape(), target, nullptr);
-  if (a.shape()[0] == 0) return reshard(a, target);
-  const auto& grid = detail::blacs_grid(mesh);
-  // inv(A^T) = inv(A)^T: A^T inverted over the transposed grid reads back row-major as inv(A).
-  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, detail::block_size(a.shape()[0], grid.shape),
-                              "inv");
-  const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "inv", true);
-  detail::invert_lu(grid, pa, pivots, "inv");
-  DistArray<T> r = detail::from_cyclic(pa, grid, mesh, target);
+  if (numel(a.shape()) == 0) return reshard(a, target);
+  DistArray<T> r = a.ndim() > 2 ? detail::on_batch(a, target, [](const auto& ab) { return detail::batched_inv(ab); })
+                                : [&] {
+                                    const auto& grid = detail::blacs_grid(mesh);
+                                    // inv(A^T) = inv(A)^T: A^T inverted over the transposed grid reads back
+                                    // row-major as inv(A).
+                                    auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t,
+                                                                detail::block_size(a.shape()[0], grid.shape), "inv");
+                                    const std::vector<int> pivots = detail::lu_of_transpose(grid, pa, "inv", true);
+                                    detail::invert_lu(grid, pa, pivots, "inv");
+                                    return detail::from_cyclic(pa, grid, mesh, target);
+                                  }();
   // The pullback: -inv(a)^T g inv(a)^T.
   detail::record("inv", r, [&](auto) {
     return [r](const DistArray<T>& g) {
-      const auto rt = transpose(r);
+      const auto rt = detail::transpose_last_two(r);
       return detail::Cotangents{detail::AnyArray(-matmul(matmul(rt, g), rt))};
     };
   }, a);
@@ -550,12 +627,64 @@ struct SignLogDet {
   DistArray<detail::real_t<T>> logabsdet;
 };
 
+}  // namespace dax::linalg
+
+namespace dax::detail {
+
+/// slogdet of each matrix of a batch (..., n, n): sign and log |det| of the batch's shape, split
+/// as a's batch dimensions are. The pullbacks are slogdet's, each matrix's inverse made once for
+/// both (from a, by the batched inv).
+template <class T>
+linalg::SignLogDet<T> batched_slogdet_traced(const DistArray<T>& a) {
+  using R = real_t<T>;
+  const Mesh& mesh = a.sharding().mesh();
+  const size_t batch = a.ndim() - 2;
+  const Shape shape(a.shape().begin(), a.shape().begin() + batch);
+  std::vector<std::vector<int>> dims = dims_of(a.sharding(), a.ndim());
+  dims.resize(batch);
+  const NamedSharding target = make_sharding(mesh, dims, {});
+  if (!mesh.contains(Runtime::current().rank()))
+    return {DistArray<T>(shape, target, nullptr), DistArray<R>(shape, target, nullptr)};
+  check_solver_backend();
+  if (numel(a.shape()) == 0) return {full<T>(shape, T(1), target), full<R>(shape, R(0), target)};
+  auto [sign, logabs] = batched_slogdet(reshard_untraced(a, batched_layout(a.sharding(), a.ndim())));
+  int64_t singular = 0;  // the matrices with no gradient, counted over the mesh (each is on one device)
+  for (const R v : logabs.local_data()) singular += v == -std::numeric_limits<R>::infinity();
+  Runtime::current().mesh_group(mesh).all_reduce(nullptr, &singular, 1, DType::int64, ReduceOp::sum);
+  linalg::SignLogDet<T> out{reshard_untraced(sign, target), reshard_untraced(logabs, target)};
+  auto made = std::make_shared<std::optional<DistArray<T>>>();
+  const auto inverse_transposed = [a, made, singular, count = numel(shape)]() {
+    DAX_CHECK(singular == 0, "slogdet's gradient: ", singular, " of the batch's ", count,
+              " matrices singular (log |det| is -inf), so it has none");
+    if (!*made) *made = transpose_last_two(linalg::inv(a));
+    return **made;
+  };
+  record("slogdet", out.logabsdet, [&](auto) {
+    return [inverse_transposed](const DistArray<R>& g) {
+      return Cotangents{AnyArray(inverse_transposed() * per_matrix_factor(in_element_type<T>(g)))};
+    };
+  }, a);
+  if constexpr (is_complex_v<T>)
+    record("slogdet", out.sign, [&](auto) {
+      return [inverse_transposed, sign_array = out.sign](const DistArray<T>& g) {
+        const auto turn = dax::complex(zeros<R>(g.shape(), g.sharding()), dax::imag(g * sign_array));  // i Im(g sign)
+        return Cotangents{AnyArray(inverse_transposed() * per_matrix_factor(turn))};
+      };
+    }, a);
+  return out;
+}
+
+}  // namespace dax::detail
+
+namespace dax::linalg {
+
 template <class T>
   requires detail::solver_type<T>
 SignLogDet<T> slogdet(const DistArray<T>& a) {
   using R = detail::real_t<T>;
   const detail::ProfiledOp profiled("slogdet", a);
   detail::check_square(a, "slogdet");
+  if (a.ndim() > 2) return detail::batched_slogdet_traced(a);
   const Mesh& mesh = a.sharding().mesh();
   const NamedSharding scalar(mesh, P());
   if (!mesh.contains(Runtime::current().rank())) return {DistArray<T>({}, scalar, nullptr), DistArray<R>({}, scalar, nullptr)};
@@ -649,7 +778,7 @@ template <class T>
 Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
   using R = detail::real_t<T>;
   const detail::ProfiledOp profiled("eigh", a);
-  detail::check_square(a, "eigh");
+  detail::check_square(a, "eigh", false);
   const Mesh& mesh = a.sharding().mesh();
   const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
   const NamedSharding replicated(mesh, P());

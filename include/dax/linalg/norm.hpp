@@ -9,7 +9,7 @@
 namespace dax::linalg {
 
 /// numpy.linalg.norm of a matrix: "fro" (default), "1" (the largest column sum of |a|), "inf" (the
-/// largest row sum), "2" (the largest singular value); a replicated scalar, made of dax's ops (so differentiable where they are).
+/// largest row sum), "2" (the largest singular value), "nuc" (their sum); a replicated scalar, made of dax's ops (so differentiable where they are).
 template <class T>
   requires std::is_same_v<T, float> || std::is_same_v<T, double>
 DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
@@ -24,7 +24,8 @@ DistArray<T> norm(const DistArray<T>& a, const std::string& ord = "fro") {
   if (ord == "1") return max(sum(abs(a), {0}));
   if (ord == "inf") return max(sum(abs(a), {1}));
   if (ord == "2") return max(svd(a).s);  // the largest singular value
-  detail::fail("norm: ord must be \"fro\", \"1\", \"2\" or \"inf\", got \"", ord, "\"");
+  if (ord == "nuc") return sum(svd(a).s);  // the nuclear norm: the singular values summed
+  detail::fail("norm: ord must be \"fro\", \"nuc\", \"1\", \"2\" or \"inf\", got \"", ord, "\"");
 }
 
 }  // namespace dax::linalg
