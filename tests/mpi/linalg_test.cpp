@@ -916,9 +916,8 @@ TEST_CASE("batched linalg's errors name the failing matrix, on every rank", "[li
         "(matrices), got shape (2, 3, 3)");
   CHECK(dax::test::error_of([&] { (void)dax::linalg::cholesky(dax::zeros<double>({2, 3, 4}, NamedSharding(mesh, P()))); }) ==
         "cholesky: expected square matrices (..., n, n), got shape (2, 3, 4)");
-  CHECK(dax::test::error_of([&] { (void)dax::linalg::eigh(zeros); }) ==
-        "eigh: takes one matrix (batches of matrices are taken by cholesky, solve, triangular_solve, inv, slogdet and "
-        "det so far), got shape (2, 2, 3, 3)");
+  CHECK(dax::test::error_of([&] { (void)dax::linalg::qr(dax::zeros<double>({4}, NamedSharding(mesh, P()))); }) ==
+        "qr: expected a matrix or a batch of them (..., m, n), got shape (4,)");
   // A singular matrix of the batch: sign 0 and -inf for it alone, and no gradient.
   auto mixed = stacked(2, [&](int64_t i) { return spd(n, 810 + unsigned(i)); });
   for (int64_t j = 0; j < n * n; ++j) mixed[n * n + j] = 0;
@@ -930,4 +929,164 @@ TEST_CASE("batched linalg's errors name the failing matrix, on every rank", "[li
   CHECK(dax::test::error_of([&] {
           (void)dax::value_and_grad([](const dax::DistArray<double>& x) { return dax::sum(dax::linalg::slogdet(x).logabsdet); })(m);
         }) == "slogdet's gradient: 1 of the batch's 2 matrices singular (log |det| is -inf), so it has none");
+}
+
+namespace {
+
+/// (m, k) x (k, n) on the host, row-major.
+template <class S>
+std::vector<S> host_matmul(const std::vector<S>& a, const std::vector<S>& b, int64_t m, int64_t k, int64_t n) {
+  std::vector<S> c(size_t(m * n), S(0));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t l = 0; l < k; ++l)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + l] * b[l * n + j];
+  return c;
+}
+
+/// The (m, n) matrix's conjugate transpose, on the host.
+template <class S>
+std::vector<S> host_adjoint(const std::vector<S>& a, int64_t m, int64_t n) {
+  std::vector<S> t(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) t[j * m + i] = conjugate(a[i * n + j]);
+  return t;
+}
+
+/// The k x k identity in W.
+template <class W>
+std::vector<W> identity(int64_t k) {
+  std::vector<W> eye(size_t(k * k), W(0));
+  for (int64_t i = 0; i < k; ++i) eye[i * k + i] = W(1);
+  return eye;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("batches of matrices: eigh, qr and svd of each reproduce it", "[linalg][batched]", double,
+                   dax::complex64) {
+  using T = TestType;
+  using W = std::conditional_t<dax::detail::is_complex_v<T>, complex128, double>;
+  const double tol = std::is_same_v<T, double> ? 1e-11 : 2e-4;
+  Pick pick(44);
+  for (int trial = 0; trial < 4; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const Shape batch = trial % 2 ? Shape{1 + int64_t(pick(2)), 1 + int64_t(pick(3))} : Shape{1 + int64_t(pick(7))};
+    const int64_t n = 1 + int64_t(pick(6)), m = 1 + int64_t(pick(6)), k = std::min(m, n), count = dax::numel(batch);
+    const Shape sq = with_matrix(batch, {n, n}), sa = with_matrix(batch, {m, n});
+    const NamedSharding hq = random_sharding(pick, mesh, sq.size()), ha = random_sharding(pick, mesh, sa.size());
+    INFO("batch " << dax::to_string(batch) << " m " << m << " n " << n << " " << dax::to_string(hq) << " "
+                  << dax::to_string(ha));
+    const unsigned seed = 900 + 10 * trial;
+    // eigh: V diag(w) = A V with w ascending, V^H V = I; the vectors in a's sharding.
+    const auto pd = stacked(count, [&](int64_t i) { return gram_plus_diagonal(random_of<W>(n, n, seed + i), n); });
+    const auto e = dax::linalg::eigh(dax::device_put(narrow<T>(pd), sq, hq));
+    CHECK(e.eigenvectors.sharding() == hq);
+    CHECK(e.eigenvalues.shape() == with_matrix(batch, {n}));
+    const auto w = host(e.eigenvalues);
+    const auto v = host(e.eigenvectors);
+    for (int64_t i = 0; i < count && !v.empty(); ++i) {
+      const auto vi = narrow<W>(matrix_of(v, i, n * n));
+      auto scaled = vi;
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < n; ++c) scaled[r * n + c] *= W(w[i * n + c]);
+      for (int64_t c = 0; c + 1 < n; ++c) CHECK(w[i * n + c] <= w[i * n + c + 1]);
+      CHECK(relative_error(host_matmul(matrix_of(pd, i, n * n), vi, n, n, n), scaled) <= tol * double(n));
+      CHECK(relative_error(host_matmul(host_adjoint(vi, n, n), vi, n, n, n), identity<W>(n)) <= tol * double(n));
+    }
+    // qr and svd of (m, n) matrices, tall and wide.
+    const auto a = stacked(count, [&](int64_t i) { return random_of<W>(m, n, seed + 100 + i); });
+    const auto da = dax::device_put(narrow<T>(a), sa, ha);
+    const auto f = dax::linalg::qr(da);
+    CHECK(f.q.shape() == with_matrix(batch, {m, k}));
+    CHECK(f.r.shape() == with_matrix(batch, {k, n}));
+    const auto q = host(f.q);
+    const auto r = host(f.r);
+    for (int64_t i = 0; i < count && !q.empty(); ++i) {
+      const auto qi = narrow<W>(matrix_of(q, i, m * k)), ri = narrow<W>(matrix_of(r, i, k * n));
+      CHECK(relative_error(host_matmul(qi, ri, m, k, n), matrix_of(a, i, m * n)) <= tol * double(n));
+      CHECK(relative_error(host_matmul(host_adjoint(qi, m, k), qi, k, m, k), identity<W>(k)) <= tol * double(m));
+      for (int64_t rr = 0; rr < k; ++rr)
+        for (int64_t c = 0; c < rr; ++c) CHECK(ri[rr * n + c] == W(0));
+    }
+    const auto d = dax::linalg::svd(da);
+    CHECK(d.s.shape() == with_matrix(batch, {k}));
+    const auto u = host(d.u), vh = host(d.vh);
+    const auto sv = host(d.s);
+    for (int64_t i = 0; i < count && !u.empty(); ++i) {
+      auto us = narrow<W>(matrix_of(u, i, m * k));
+      const auto vhi = narrow<W>(matrix_of(vh, i, k * n));
+      for (int64_t c = 0; c < k; ++c) {
+        CHECK(sv[i * k + c] >= 0);
+        if (c + 1 < k) CHECK(sv[i * k + c] >= sv[i * k + c + 1]);
+      }
+      CHECK(relative_error(host_matmul(vhi, host_adjoint(vhi, k, n), k, n, k), identity<W>(k)) <= tol * double(n));
+      CHECK(relative_error(host_matmul(host_adjoint(us, m, k), us, k, m, k), identity<W>(k)) <= tol * double(m));
+      for (int64_t rr = 0; rr < m; ++rr)
+        for (int64_t c = 0; c < k; ++c) us[rr * k + c] *= W(sv[i * k + c]);
+      CHECK(relative_error(host_matmul(us, vhi, m, k, n), matrix_of(a, i, m * n)) <= tol * double(n));
+    }
+  }
+}
+
+TEST_CASE("gradients of batched eigh, qr and svd equal central differences, tall and wide",
+          "[linalg][batched][autodiff]") {
+  Pick pick(45);
+  std::mt19937 rng(46);
+  for (int trial = 0; trial < 2; ++trial) {
+    const Mesh& mesh = random_mesh(pick);
+    const int64_t count = 2 + int64_t(pick(2)), n = 2 + int64_t(pick(3)), m = 2 + int64_t(pick(4)), k = std::min(m, n);
+    const NamedSharding hq = random_sharding(pick, mesh, 3), ha = random_sharding(pick, mesh, 3);
+    const NamedSharding hw = random_sharding(pick, mesh, 3), replicated(mesh, P());
+    INFO("count " << count << " m " << m << " n " << n << " " << dax::to_string(hq) << " " << dax::to_string(ha));
+    using dax::test::Params;
+    const unsigned seed = 950 + 10 * unsigned(trial);
+    const auto w_nn = dax::device_put(random_matrix(count * n, n, seed), {count, n, n}, hw);
+    const auto w_n = dax::device_put(random_matrix(count * n, 1, seed + 1), {count, n}, replicated);
+    // Eigenvectors' signs are arbitrary: the loss sees their squares.
+    dax::test::check_against_differences(
+        [&](const Params& p) {
+          const auto e = dax::linalg::eigh(p[0]);
+          return dax::sum(e.eigenvalues * w_n) + dax::sum(e.eigenvectors * e.eigenvectors * w_nn);
+        },
+        {stacked(count, [&](int64_t i) { return spd(n, seed + 2 + unsigned(i)); })}, {{count, n, n}}, {hq}, rng);
+    const auto wq = dax::device_put(random_matrix(count * m, k, seed + 3), {count, m, k}, hw);
+    const auto wr = dax::device_put(random_matrix(count * k, n, seed + 4), {count, k, n}, hw);
+    dax::test::check_against_differences(
+        [&](const Params& p) {
+          const auto f = dax::linalg::qr(p[0]);
+          return dax::sum(f.q * wq) + dax::sum(f.r * wr);
+        },
+        {random_matrix(count * m, n, seed + 5)}, {{count, m, n}}, {ha}, rng);
+    // A singular pair's signs are arbitrary: u diag(c) vh, u o u and vh o vh leave them alone.
+    const auto wu = dax::device_put(random_matrix(count * m, k, seed + 6), {count, m, k}, hw);
+    const auto wv = dax::device_put(random_matrix(count * k, n, seed + 7), {count, k, n}, hw);
+    const auto wa = dax::device_put(random_matrix(count * m, n, seed + 8), {count, m, n}, hw);
+    const auto c = dax::device_put(random_matrix(count, k, seed + 9), {count, 1, k}, replicated);
+    const auto ws = dax::device_put(random_matrix(count, k, seed + 10), {count, k}, replicated);
+    dax::test::check_against_differences(
+        [&](const Params& p) {
+          const auto f = dax::linalg::svd(p[0]);
+          return dax::sum(f.s * ws) + dax::sum(dax::matmul(f.u * c, f.vh) * wa) + dax::sum(f.u * f.u * wu) +
+                 dax::sum(f.vh * f.vh * wv);
+        },
+        {random_matrix(count * m, n, seed + 11)}, {{count, m, n}}, {ha}, rng);
+  }
+  // Complex: eigh and svd through losses the phases leave alone (|V|^2, s).
+  using dax::DistArray;
+  using Leaves = std::vector<DistArray<complex128>>;
+  const Mesh& mesh = random_mesh(pick);
+  const int64_t count = 2, n = 3;
+  const NamedSharding ha = random_sharding(pick, mesh, 3);
+  const auto hermitian = stacked(count, [&](int64_t i) { return hpd(n, 990 + unsigned(i)); });
+  const auto w_nn = dax::device_put(random_matrix(count * n, n, 995), {count, n, n}, ha);
+  const auto w_n = dax::device_put(random_matrix(count * n, 1, 996), {count, n}, NamedSharding(mesh, P()));
+  dax::test::check_complex_gradient(
+      [&](const Leaves& p) {
+        const auto e = dax::linalg::eigh(p[0]);
+        return dax::sum(e.eigenvalues * w_n) + dax::sum(dax::square(dax::abs(e.eigenvectors)) * w_nn);
+      },
+      {hermitian}, {{count, n, n}}, {ha});
+  dax::test::check_complex_gradient(
+      [&](const Leaves& p) { return dax::sum(dax::linalg::svd(p[0]).s * w_n); }, {random_complex_matrix(count * n, n, 997)},
+      {{count, n, n}}, {ha});
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -39,8 +40,8 @@ inline NamedSharding batched_layout(const NamedSharding& s, size_t ndim) {
   return make_sharding(s.mesh(), dims, {});
 }
 
-/// The batch dimensions of `layout` (a batched_layout of rank `ndim`) followed by `whole` unsplit
-/// dimensions: a right-hand side's layout (whole = 2, or 1 for vectors), or slogdet's (whole = 0).
+/// The batch dimensions of `layout` (of rank `ndim`) followed by `whole` unsplit dimensions: from a
+/// batched_layout, a right-hand side's (whole = 2, or 1 for vectors), or slogdet's (whole = 0).
 inline NamedSharding batch_with_whole(const NamedSharding& layout, size_t ndim, size_t whole) {
   std::vector<std::vector<int>> dims = dims_of(layout, ndim);
   dims.resize(ndim - 2 + whole);
@@ -272,6 +273,153 @@ std::pair<DistArray<T>, DistArray<real_t<T>>> batched_slogdet(const DistArray<T>
     std::copy(logs.begin(), logs.end(), data);
   });
   return {std::move(sign), std::move(logabsdet)};
+}
+
+/// The values of one output per matrix (eigenvalues, singular values, R factors) that a per_matrix
+/// pass collects on the host, as an array of `shape` in `layout` (this device's matrices' in order).
+template <class V>
+DistArray<V> collected(const Shape& shape, const NamedSharding& layout, const std::vector<V>& values) {
+  return make_local<V>(shape, layout, [&](V* data, const Box&) { std::copy(values.begin(), values.end(), data); });
+}
+
+/// A workspace size LAPACK returned from a query (in a T), at least `floor`.
+template <class T>
+int workspace(T queried, int64_t floor) {
+  return int(std::max<int64_t>(int64_t(std::real(queried)), std::max<int64_t>(floor, 1)));
+}
+
+/// eigh of each matrix (Hermitian, its lower triangle read): eigenvalues (..., n) ascending and the
+/// eigenvectors as columns (..., n, n). Row-major A read column-major is A^T (= conj(A)): its upper
+/// triangle is A's lower one, and its eigenvectors are conj(V), conjugated back.
+template <class T>
+std::pair<DistArray<real_t<T>>, DistArray<T>> batched_eigh(const DistArray<T>& a) {
+  using R = real_t<T>;
+  const int n = int(a.shape().back());
+  const size_t batch = a.ndim() - 2;
+  std::vector<T> z(size_t(n) * n), work;
+  std::vector<R> w(size_t(std::max(n, 1))), rwork, values;
+  std::vector<int> iwork;
+  const auto solve = [&](int* lwork, int* lrwork, int* liwork, int& info) {
+    if constexpr (is_complex_v<T>)
+      dev::Lapack<T>::heevd("V", "U", &n, z.data(), &n, w.data(), work.data(), lwork, rwork.data(), lrwork,
+                            iwork.data(), liwork, &info);
+    else
+      dev::Lapack<T>::syevd("V", "U", &n, z.data(), &n, w.data(), work.data(), lwork, iwork.data(), liwork, &info);
+  };
+  // The workspaces, asked once for the batch's n.
+  work.resize(1);
+  rwork.resize(1);
+  iwork.resize(1);
+  int lwork = -1, lrwork = -1, liwork = -1, info = 0;
+  solve(&lwork, &lrwork, &liwork, info);
+  lwork = workspace(work[0], 1);
+  lrwork = workspace(rwork[0], 1);
+  liwork = std::max(iwork[0], 1);
+  work.resize(size_t(lwork));
+  rwork.resize(size_t(lrwork));
+  iwork.resize(size_t(liwork));
+  BatchFailure failed;
+  DistArray<T> vectors = per_matrix(a, a.shape(), a.sharding(), int64_t(n) * n, [&](const T* in, T* out, int64_t, int64_t m) {
+    std::copy(in, in + int64_t(n) * n, z.data());
+    int status = 0;
+    solve(&lwork, &lrwork, &liwork, status);
+    failed.note(m, status);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        const T v = z[size_t(j) * n + i];  // column j, row i
+        if constexpr (is_complex_v<T>) out[int64_t(i) * n + j] = std::conj(v);
+        else out[int64_t(i) * n + j] = v;
+      }
+    values.insert(values.end(), w.begin(), w.begin() + n);
+  });
+  const BatchFailure first = agreed_failure(a.sharding().mesh(), failed);
+  DAX_CHECK(first.info == 0, "eigh: LAPACK's ?", is_complex_v<T> ? "heevd" : "syevd",
+            " did not converge for the batch's matrix ", first.matrix < 0 ? std::string() : batch_position(first.matrix, a.shape(), batch),
+            " (info ", first.info, ")");
+  Shape shape(a.shape().begin(), a.shape().end() - 1);
+  return {collected(shape, batch_with_whole(a.sharding(), a.ndim(), 1), values), std::move(vectors)};
+}
+
+/// A's matrices (m, n), this device's, column-major in `col` (row-major A read as it lies is A^T).
+template <class T>
+void column_major(const T* in, int m, int n, std::vector<T>& col) {
+  col.resize(size_t(m) * n);
+  transpose_into(in, m, n, col.data());
+}
+
+/// The reduced QR of each (m, n) matrix: q (..., m, k) with orthonormal columns, r (..., k, n)
+/// upper triangular, k = min(m, n) (LAPACK's geqrf on the column-major matrix, then orgqr /
+/// ungqr; R's diagonal real for complex matrices).
+template <class T>
+std::pair<DistArray<T>, DistArray<T>> batched_qr(const DistArray<T>& a) {
+  const size_t batch = a.ndim() - 2;
+  const int m = int(a.shape()[batch]), n = int(a.shape()[batch + 1]), k = std::min(m, n);
+  std::vector<T> col, tau(size_t(std::max(k, 1))), work(1), rs;
+  int lwork = -1, info = 0;
+  dev::Lapack<T>::geqrf(&m, &n, col.data(), &m, tau.data(), work.data(), &lwork, &info);
+  int64_t size = workspace(work[0], n);
+  dev::Lapack<T>::orgqr(&m, &k, &k, col.data(), &m, tau.data(), work.data(), &lwork, &info);
+  lwork = int(std::max<int64_t>(size, workspace(work[0], k)));
+  work.resize(size_t(lwork));
+  Shape qs(a.shape()), r_shape(a.shape());
+  qs[batch + 1] = k;
+  r_shape[batch] = k;
+  DistArray<T> q = per_matrix(a, qs, a.sharding(), int64_t(m) * k, [&](const T* in, T* out, int64_t, int64_t) {
+    column_major(in, m, n, col);
+    int status = 0;
+    dev::Lapack<T>::geqrf(&m, &n, col.data(), &m, tau.data(), work.data(), &lwork, &status);
+    for (int i = 0; i < k; ++i)
+      for (int j = 0; j < n; ++j) rs.push_back(j >= i ? col[size_t(j) * m + i] : T(0));
+    dev::Lapack<T>::orgqr(&m, &k, &k, col.data(), &m, tau.data(), work.data(), &lwork, &status);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < k; ++j) out[int64_t(i) * k + j] = col[size_t(j) * m + i];
+  });
+  return {std::move(q), collected(r_shape, a.sharding(), rs)};
+}
+
+/// The reduced SVD of each (m, n) matrix: u (..., m, k), s (..., k) descending, vh (..., k, n)
+/// (LAPACK's gesvd on the column-major matrix).
+template <class T>
+std::tuple<DistArray<T>, DistArray<real_t<T>>, DistArray<T>> batched_svd(const DistArray<T>& a) {
+  using R = real_t<T>;
+  const size_t batch = a.ndim() - 2;
+  const int m = int(a.shape()[batch]), n = int(a.shape()[batch + 1]), k = std::min(m, n);
+  std::vector<T> col, u(size_t(m) * k), vt(size_t(k) * n), work(1), vhs;
+  std::vector<R> s(size_t(std::max(k, 1))), rwork(size_t(5 * std::max(k, 1))), values;
+  const int ldvt = std::max(k, 1);
+  const auto gesvd = [&](const int* lwork, int& info) {
+    if constexpr (is_complex_v<T>)
+      dev::Lapack<T>::gesvd("S", "S", &m, &n, col.data(), &m, s.data(), u.data(), &m, vt.data(), &ldvt, work.data(),
+                            lwork, rwork.data(), &info);
+    else
+      dev::Lapack<T>::gesvd("S", "S", &m, &n, col.data(), &m, s.data(), u.data(), &m, vt.data(), &ldvt, work.data(),
+                            lwork, &info);
+  };
+  int lwork = -1, info = 0;
+  col.resize(size_t(m) * n);
+  gesvd(&lwork, info);
+  lwork = workspace(work[0], 5 * std::max(m, n));
+  work.resize(size_t(lwork));
+  Shape us(a.shape()), ss(a.shape().begin(), a.shape().end() - 1), vs(a.shape());
+  us[batch + 1] = k;
+  ss[batch] = k;
+  vs[batch] = k;
+  BatchFailure failed;
+  DistArray<T> uo = per_matrix(a, us, a.sharding(), int64_t(m) * k, [&](const T* in, T* out, int64_t, int64_t matrix) {
+    column_major(in, m, n, col);
+    int status = 0;
+    gesvd(&lwork, status);
+    failed.note(matrix, status);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < k; ++j) out[int64_t(i) * k + j] = u[size_t(j) * m + i];
+    for (int i = 0; i < k; ++i)
+      for (int j = 0; j < n; ++j) vhs.push_back(vt[size_t(j) * ldvt + i]);
+    values.insert(values.end(), s.begin(), s.begin() + k);
+  });
+  const BatchFailure first = agreed_failure(a.sharding().mesh(), failed);
+  DAX_CHECK(first.info == 0, "svd: LAPACK's ?gesvd did not converge for the batch's matrix ",
+            first.matrix < 0 ? std::string() : batch_position(first.matrix, a.shape(), batch), " (info ", first.info, ")");
+  return {std::move(uo), collected(ss, batch_with_whole(a.sharding(), a.ndim(), 1), values), collected(vs, a.sharding(), vhs)};
 }
 
 }  // namespace dax::detail

@@ -1,9 +1,8 @@
 // dax::linalg on the CPU through ScaLAPACK: a matrix of any sharding is resharded to rows split over
 // every device of its mesh (the planner's fewest bytes), dealt into ScaLAPACK's block-cyclic layout
 // on a process grid made from the mesh (one all-to-all), factored or solved there, and brought back
-// the same way to the sharding asked for (the input's by default). Stacks of matrices (rank > 2:
-// cholesky, solve, triangular_solve, inv, slogdet, det) run LAPACK on each device's whole matrices
-// instead (linalg/batched.hpp). Errors (not positive definite, singular) are dax::Errors on every
+// the same way to the sharding asked for (the input's by default). Stacks of matrices (rank > 2)
+// run LAPACK on each device's whole matrices instead (linalg/batched.hpp). Errors (not positive definite, singular) are dax::Errors on every
 // rank. float, double, complex64 and complex128; docs/numerics.md.
 #pragma once
 
@@ -345,11 +344,9 @@ std::vector<int> lu_of_transpose(const BlacsGrid& grid, CyclicPiece<T>& pa, cons
   return pivots;
 }
 
-/// a is a square matrix, or a batch of them (..., n, n) where `batches` says the routine takes one.
+/// a is a square matrix, or a batch of them (..., n, n).
 template <class T>
-void check_square(const DistArray<T>& a, const char* op, bool batches = true) {
-  DAX_CHECK(batches || a.ndim() <= 2, op, ": takes one matrix (batches of matrices are taken by cholesky, solve, ",
-            "triangular_solve, inv, slogdet and det so far), got shape ", to_string(a.shape()));
+void check_square(const DistArray<T>& a, const char* op) {
   const size_t d = a.ndim();
   DAX_CHECK(d >= 2 && a.shape()[d - 2] == a.shape()[d - 1], op,
             d > 2 ? ": expected square matrices (..., n, n), got shape " : ": expected a square matrix, got shape ",
@@ -375,6 +372,27 @@ DistArray<T> times_triangle(const DistArray<T>& x, T below, T diagonal, bool low
   const size_t d = x.ndim();
   const NamedSharding s = make_sharding(x.sharding().mesh(), {x.sharding().dim_axes(d - 2), x.sharding().dim_axes(d - 1)}, {});
   return x * triangle_mask<T>(x.shape()[d - 1], s, below, diagonal, lower);
+}
+
+/// 1 / x off the diagonal of each matrix, 0 on it: the F matrices of eigh's and svd's pullbacks
+/// (x_ij = w_j - w_i of distinct values).
+template <class T>
+DistArray<T> reciprocal_off_diagonal(const DistArray<T>& x) {
+  const size_t d = x.ndim();
+  const int64_t n = x.shape()[d - 1];
+  const NamedSharding s = make_sharding(x.sharding().mesh(), {x.sharding().dim_axes(d - 2), x.sharding().dim_axes(d - 1)}, {});
+  const auto off = triangle_mask<T>(n, s, T(1), T(0)) + triangle_mask<T>(n, s, T(1), T(0), false);
+  return T(1) / (x + triangle_mask<T>(n, s, T(0), T(1))) * off;
+}
+
+/// v (..., k) as (..., 1, k), scaling a matrix's columns, or as (..., k, 1), scaling its rows.
+template <class T>
+DistArray<T> as_row(const DistArray<T>& v) {
+  return insert_unit_dim(v, v.ndim() - 1);
+}
+template <class T>
+DistArray<T> as_column(const DistArray<T>& v) {
+  return insert_unit_dim(v, v.ndim());
 }
 
 /// A right-hand side of a's as matrices: vectors (rank one less than a's) as (..., n, 1).
@@ -484,6 +502,64 @@ DistArray<T> cholesky_of_matrix(const DistArray<T>& a, const NamedSharding& targ
     for (int64_t c = 0; c < piece.cols; ++c)
       if (piece.global_col(c) > piece.global_row(r)) piece.at(r, c) = T(0);
   return from_cyclic(piece, grid, mesh, target);
+}
+
+/// eigh of one matrix over the mesh's grid: eigenvalues (replicated) and eigenvectors (in `target`).
+template <class T>
+std::pair<DistArray<real_t<T>>, DistArray<T>> eigh_of_matrix(const DistArray<T>& a, const NamedSharding& target) {
+  using R = real_t<T>;
+  const Mesh& mesh = a.sharding().mesh();
+  const int64_t n = a.shape()[0];
+  const auto& grid = blacs_grid(mesh);
+  const int64_t nb = block_size(n, grid.shape);
+  // A^T (= A) over the transposed grid, its upper triangle being A's lower one; the eigenvectors
+  // come out column-major over the same grid, which is how a column-major piece dealt as
+  // grid.transposed() reads (as solve's b does). Complex: A^T = conj(A), whose eigenvectors are
+  // conj(V) with the same eigenvalues: conjugated in place below.
+  auto pa = to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "eigh");
+  auto pz = empty_piece<T>(n, n, grid.transposed(), false, grid.context_t, nb, "eigh");
+  std::vector<R> w(n);
+  const int ni = int(n), one = 1;
+  int info = 0, iwork_size = 0, query = -1;
+  T work_size = 0;
+  R rwork_size = 0;
+  const auto eigensolver = [&](T* work, const int* lwork, R* rwork, const int* lrwork, int* iwork, const int* liwork) {
+    if constexpr (is_complex_v<T>)
+      dev::Scalapack<T>::heevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+                                       pz.desc, work, lwork, rwork, lrwork, iwork, liwork, &info);
+    else
+      dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
+                                       pz.desc, work, lwork, iwork, liwork, &info);
+  };
+  eigensolver(&work_size, &query, &rwork_size, &query, &iwork_size, &query);
+  // ScaLAPACK's workspace query for p?syevd can come out short (PDORMTR then refuses LWORK and the
+  // vectors are garbage: n = 16-19 or 32-65 with 16-row blocks on one process): the larger of it
+  // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a
+  // block. p?heevd's documented minima: n + (np + nq + nb) nb complex, 1 + 9n + 3 np nq real.
+  const int64_t np = pa.cols, nq = pa.rows;
+  const int64_t documented = is_complex_v<T>
+                                 ? n + (np + nq + nb) * nb
+                                 : std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
+  const int lwork = int_size(grid, std::max<int64_t>(int64_t(std::real(work_size)), documented) + n * nb, "eigh",
+                                     "a workspace");
+  const int lrwork = is_complex_v<T> ? int_size(grid, std::max<int64_t>(int64_t(rwork_size),
+                                                                                        1 + 9 * n + 3 * np * nq) + n * nb,
+                                                                 "eigh", "a workspace")
+                                             : 1;
+  // p?heevd's documented integer workspace, 7n + 8 npcol + 2, over either grid's column count.
+  const int liwork = is_complex_v<T> ? std::max<int>(iwork_size, int(7 * n + 8 * std::max(grid.shape.cols, grid.shape.rows) + 2))
+                                             : std::max(iwork_size, 1);
+  std::vector<T> work(lwork);
+  std::vector<R> rwork(is_complex_v<T> ? lrwork : 1);
+  std::vector<int> iwork(liwork);
+  eigensolver(work.data(), &lwork, rwork.data(), &lrwork, iwork.data(), &liwork);
+  info = agreed_info(grid, info);
+  DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?", is_complex_v<T> ? "heevd" : "syevd", " did not converge (info ",
+            info, ")");
+  if constexpr (is_complex_v<T>)
+    for (int64_t e = 0; e < pz.rows * pz.cols; ++e) pz.data()[e] = std::conj(pz.data()[e]);
+  grid.group->broadcast(w.data(), n, dtype_v<R>, 0);  // one copy's bits on every device
+  return {device_put(w, {n}, NamedSharding(mesh, P())), from_cyclic(pz, grid, mesh, target)};
 }
 
 }  // namespace dax::detail
@@ -778,94 +854,44 @@ template <class T>
 Eigh<T> eigh(const DistArray<T>& a, const std::optional<NamedSharding>& out = std::nullopt) {
   using R = detail::real_t<T>;
   const detail::ProfiledOp profiled("eigh", a);
-  detail::check_square(a, "eigh", false);
+  detail::check_square(a, "eigh");
   const Mesh& mesh = a.sharding().mesh();
-  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), 2, {});
-  const NamedSharding replicated(mesh, P());
-  const int64_t n = a.shape()[0];
+  const NamedSharding target = out ? *out : detail::with_unreduced_axes(a.sharding(), a.ndim(), {});
+  // Eigenvalues: replicated for one matrix, split as a's batch dimensions for a batch.
+  const NamedSharding value_sharding = a.ndim() > 2 ? detail::batch_with_whole(a.sharding(), a.ndim(), 1) : NamedSharding(mesh, P());
+  const Shape value_shape(a.shape().begin(), a.shape().end() - 1);
   if (!mesh.contains(Runtime::current().rank()))
-    return {DistArray<R>({n}, replicated, nullptr), DistArray<T>(a.shape(), target, nullptr)};
-  if (n == 0) return {zeros<R>({0}, replicated), reshard(a, target)};
-  const auto& grid = detail::blacs_grid(mesh);
-  const int64_t nb = detail::block_size(n, grid.shape);
-  // A^T (= A) over the transposed grid, its upper triangle being A's lower one; the eigenvectors
-  // come out column-major over the same grid, which is how a column-major piece dealt as
-  // grid.transposed() reads (as solve's b does). Complex: A^T = conj(A), whose eigenvectors are
-  // conj(V) with the same eigenvalues: conjugated in place below.
-  auto pa = detail::to_cyclic(a, grid, grid.normal(), true, grid.context_t, nb, "eigh");
-  auto pz = detail::empty_piece<T>(n, n, grid.transposed(), false, grid.context_t, nb, "eigh");
-  std::vector<R> w(n);
-  const int ni = int(n), one = 1;
-  int info = 0, iwork_size = 0, query = -1;
-  T work_size = 0;
-  R rwork_size = 0;
-  const auto eigensolver = [&](T* work, const int* lwork, R* rwork, const int* lrwork, int* iwork, const int* liwork) {
-    if constexpr (detail::is_complex_v<T>)
-      detail::dev::Scalapack<T>::heevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
-                                       pz.desc, work, lwork, rwork, lrwork, iwork, liwork, &info);
-    else
-      detail::dev::Scalapack<T>::syevd("V", "U", &ni, pa.data(), &one, &one, pa.desc, w.data(), pz.data(), &one, &one,
-                                       pz.desc, work, lwork, iwork, liwork, &info);
-  };
-  eigensolver(&work_size, &query, &rwork_size, &query, &iwork_size, &query);
-  // ScaLAPACK's workspace query for p?syevd can come out short (PDORMTR then refuses LWORK and the
-  // vectors are garbage: n = 16-19 or 32-65 with 16-row blocks on one process): the larger of it
-  // and the documented minimum, max(1 + 6n + 2 np nq, 3n + max(nb (np + 1), 3 nb)) + 2n, plus a
-  // block. p?heevd's documented minima: n + (np + nq + nb) nb complex, 1 + 9n + 3 np nq real.
-  const int64_t np = pa.cols, nq = pa.rows;
-  const int64_t documented = detail::is_complex_v<T>
-                                 ? n + (np + nq + nb) * nb
-                                 : std::max(1 + 6 * n + 2 * np * nq, 3 * n + std::max(nb * (np + 1), 3 * nb)) + 2 * n;
-  const int lwork = detail::int_size(grid, std::max<int64_t>(int64_t(std::real(work_size)), documented) + n * nb, "eigh",
-                                     "a workspace");
-  const int lrwork = detail::is_complex_v<T> ? detail::int_size(grid, std::max<int64_t>(int64_t(rwork_size),
-                                                                                        1 + 9 * n + 3 * np * nq) + n * nb,
-                                                                 "eigh", "a workspace")
-                                             : 1;
-  // p?heevd's documented integer workspace, 7n + 8 npcol + 2, over either grid's column count.
-  const int liwork = detail::is_complex_v<T> ? std::max<int>(iwork_size, int(7 * n + 8 * std::max(grid.shape.cols, grid.shape.rows) + 2))
-                                             : std::max(iwork_size, 1);
-  std::vector<T> work(lwork);
-  std::vector<R> rwork(detail::is_complex_v<T> ? lrwork : 1);
-  std::vector<int> iwork(liwork);
-  eigensolver(work.data(), &lwork, rwork.data(), &lrwork, iwork.data(), &liwork);
-  info = detail::agreed_info(grid, info);
-  DAX_CHECK(info == 0, "eigh: ScaLAPACK's p?", detail::is_complex_v<T> ? "heevd" : "syevd", " did not converge (info ",
-            info, ")");
-  if constexpr (detail::is_complex_v<T>)
-    for (int64_t e = 0; e < pz.rows * pz.cols; ++e) pz.data()[e] = std::conj(pz.data()[e]);
-  grid.group->broadcast(w.data(), n, dtype_v<R>, 0);  // one copy's bits on every device
-  DistArray<R> values = device_put(w, {n}, replicated);
-  DistArray<T> vectors = detail::from_cyclic(pz, grid, mesh, target);
+    return {DistArray<R>(value_shape, value_sharding, nullptr), DistArray<T>(a.shape(), target, nullptr)};
+  if (numel(a.shape()) == 0) return {zeros<R>(value_shape, value_sharding), reshard(a, target)};
+  auto decomposed = [&] {
+    if (a.ndim() == 2) return detail::eigh_of_matrix(a, target);
+    detail::check_solver_backend();
+    auto batched = detail::batched_eigh(detail::reshard_untraced(a, detail::batched_layout(a.sharding(), a.ndim())));
+    return std::pair{detail::reshard_untraced(batched.first, value_sharding), detail::reshard_untraced(batched.second, target)};
+  }();
+  DistArray<R> values = std::move(decomposed.first);
+  DistArray<T> vectors = std::move(decomposed.second);
   // The pullbacks (for a read from the lower triangle, as cholesky's): with K = conj(V) (diag(gw) +
   // F o (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal, a's cotangent is Phi(K + K^H)
   // (real: V (...) V^T and Phi(K + K^T), Giles 2008). A complex eigenvector's phase is free: as in
   // JAX, its gradient is that of the choice whose V^H dV has a zero diagonal, right for losses the
   // phases leave alone.
   const auto symmetric_part = [](const DistArray<T>& k) {
-    return (k + detail::adjoint(k)) * detail::triangle_mask<T>(k.shape()[0], k.sharding(), T(1), T(0.5));
+    return detail::times_triangle(k + detail::adjoint(k), T(1), T(0.5));
   };
   detail::record("eigh", values, [&](auto) {
     return [vectors, symmetric_part](const DistArray<R>& gw) {
-      const int64_t m = vectors.shape()[0];
-      const auto eye = detail::triangle_mask<T>(m, vectors.sharding(), T(0), T(1));
-      const auto diagonal = eye * reshape(detail::in_element_type<T>(gw), {1, m});
-      const auto k = matmul(matmul(detail::conjugated(vectors), diagonal), transpose(vectors));
+      // conj(V) diag(gw) V^T: gw scales conj(V)'s columns.
+      const auto k = matmul(detail::conjugated(vectors) * detail::as_row(detail::in_element_type<T>(gw)),
+                            detail::transpose_last_two(vectors));
       return detail::Cotangents{detail::AnyArray(symmetric_part(k))};
     };
   }, a);
   detail::record("eigh", vectors, [&](auto) {
-    return [vectors, w, symmetric_part](const DistArray<T>& gv) {
-      const int64_t m = vectors.shape()[0];
-      const auto f = make_array_from_callback<T>({m, m}, detail::with_unreduced_axes(vectors.sharding(), 2, {}),
-                                                 [&](const Box& box) {
-                                                   std::vector<T> v;
-                                                   for (int64_t i = box[0].start; i < box[0].stop; ++i)
-                                                     for (int64_t j = box[1].start; j < box[1].stop; ++j)
-                                                       v.push_back(i == j ? T(0) : T(R(1) / (w[j] - w[i])));
-                                                   return v;
-                                                 });
-      const auto k = matmul(matmul(detail::conjugated(vectors), f * matmul(transpose(vectors), gv)), transpose(vectors));
+    return [vectors, w = detail::in_element_type<T>(values), symmetric_part](const DistArray<T>& gv) {
+      const auto f = detail::reciprocal_off_diagonal(detail::as_row(w) - detail::as_column(w));  // 1 / (w_j - w_i)
+      const auto vt = detail::transpose_last_two(vectors);
+      const auto k = matmul(matmul(detail::conjugated(vectors), f * matmul(vt, gv)), vt);
       return detail::Cotangents{detail::AnyArray(symmetric_part(k))};
     };
   }, a);
