@@ -227,6 +227,51 @@ TEST_CASE("a split backward: the input's gradient first, the weights' GEMMs in a
         1e-12);
 }
 
+TEST_CASE("a split backward leaves a bias's sum and a layer norm's gain and shift to the weight pass",
+          "[autodiff][pipeline]") {
+  const Mesh alone({1}, {"one"}, {world_rank()});
+  const NamedSharding here(alone, P());
+  std::mt19937 rng(12);
+  const int64_t tokens = 6, d = 4;
+  const auto w0 = dax::device_put(normal_values(size_t(d * d), rng, 0.5), {d, d}, here);
+  const auto b0 = dax::device_put(normal_values(size_t(d), rng, 0.5), {d}, here);
+  const auto g0 = dax::device_put(normal_values(size_t(d), rng, 0.5), {d}, here);
+  const auto s0 = dax::device_put(normal_values(size_t(d), rng, 0.5), {d}, here);
+  const auto x0 = dax::device_put(normal_values(size_t(tokens * d), rng, 1.0), {tokens, d}, here);
+  const auto r = dax::device_put(normal_values(size_t(tokens * d), rng, 1.0), {tokens, d}, here);
+  auto record = [&](dax::detail::Tape& tape, std::vector<DistArray<double>>& v) {
+    dax::detail::TapeScope scope(tape);
+    for (auto& leaf : v) leaf.set_trace_id(tape.watch());
+    return dax::sum(dax::layer_norm(dax::matmul(v[0], v[1]) + v[2], v[3], v[4]) * r);
+  };
+  const auto seed = dax::ones<double>({}, here);
+  dax::detail::Tape whole, split;
+  std::vector<DistArray<double>> v{x0, w0, b0, g0, s0}, vs{x0, w0, b0, g0, s0};
+  const auto y = record(whole, v);
+  std::vector<uint64_t> ids, split_ids;
+  for (size_t k = 0; k < v.size(); ++k) {
+    ids.push_back(v[k].trace_id());
+    split_ids.push_back(vs[k].trace_id());
+  }
+  const auto all = whole.backward(y.trace_id(), seed, ids);
+  const auto ys = record(split, vs);
+  for (size_t k = 0; k < vs.size(); ++k) split_ids[k] = vs[k].trace_id();
+  dax::detail::Tape::WeightPass later;
+  const auto input = split.backward_input(ys.trace_id(), seed, vs[0].trace_id(), later);
+  // The product, the bias's add and the layer norm each left their weight side for later; no
+  // weight has a cotangent yet (the add computed none for b, the norm none for its gain and shift).
+  CHECK(later.deferred.size() == 3);
+  for (size_t k = 1; k < vs.size(); ++k) CHECK(!later.cotangents.contains(vs[k].trace_id()));
+  REQUIRE(input.contains(vs[0].trace_id()));
+  CHECK(relative_error(input.at(vs[0].trace_id()).as<double>().to_host(), all.at(ids[0]).as<double>().to_host()) < 1e-12);
+  const auto weights = split.backward_weight(later, {split_ids.begin() + 1, split_ids.end()});
+  for (size_t k = 1; k < vs.size(); ++k) {
+    INFO("weight " << k);
+    REQUIRE(weights.contains(split_ids[k]));
+    CHECK(relative_error(weights.at(split_ids[k]).as<double>().to_host(), all.at(ids[k]).as<double>().to_host()) < 1e-12);
+  }
+}
+
 TEST_CASE("a split backward moves a row-parallel product's cotangent once, as the whole backward does",
           "[autodiff][pipeline]") {
   // Under sequence parallelism a row-parallel product's output is reduce-scattered over the

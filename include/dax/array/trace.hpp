@@ -138,6 +138,14 @@ inline bool cotangent_wanted(size_t input) {
   return mask == nullptr || (input < mask->size() && (*mask)[input]);
 }
 
+/// need[k] of a recorded op less what the running pass does not want (cotangent_mask): for
+/// pullbacks whose inputs' cotangents share no work, so that a skipped one is work saved, not
+/// work done twice (a bias's sum, a gain's: the weight pass of a split backward computes them).
+template <class Need>
+bool wanted_now(const Need& need, size_t k) {
+  return need[k] && cotangent_wanted(k);
+}
+
 /// Whether an op on these inputs must record: a gradient is being taken and one of them is on the
 /// tape (for a gradient, or for replication typing only).
 template <class... In>

@@ -54,8 +54,13 @@ void record_custom(const char* name, DistArray<Out>& out, Residuals&& residuals,
     return [name, need, backward, residuals = Saved(std::forward<Residuals>(residuals)),
             shapes = std::array<Shape, sizeof...(In)>{inputs.shape()...}](const DistArray<Out>& g) {
       auto parts = [&] {
-        if constexpr (std::is_invocable_v<const Backward&, const Saved&, const DistArray<Out>&, std::array<bool, sizeof...(In)>>)
-          return backward(residuals, g, need);
+        if constexpr (std::is_invocable_v<const Backward&, const Saved&, const DistArray<Out>&, std::array<bool, sizeof...(In)>>) {
+          // Less what a split backward's pass does not want now: a backward that honours need
+          // leaves a weight's cotangent to the weight pass (one it computes anyway is kept).
+          std::array<bool, sizeof...(In)> now{};
+          for (size_t k = 0; k < now.size(); ++k) now[k] = wanted_now(need, k);
+          return backward(residuals, g, now);
+        }
         else
           return backward(residuals, g);
       }();
@@ -78,7 +83,8 @@ void record_custom(const char* name, DistArray<Out>& out, Residuals&& residuals,
 ///   nothing on the tape and may be fused kernels. Inputs are DistArrays; constants (eps, a rate,
 ///   a key) are captured by `forward` instead.
 /// - `backward(residuals, g)` — or `backward(residuals, g, need)`, `need[i]` saying whether input i
-///   is being differentiated — returns a `std::tuple` with one entry per input: a DistArray of
+///   is being differentiated and wanted by the pass running (a zero-bubble pipeline's split
+///   backward asks for the weights' later) — returns a `std::tuple` with one entry per input: a DistArray of
 ///   that input's element type and shape (the cotangent, possibly unreduced), a std::optional of
 ///   one (empty: nothing), or `dax::NoCotangent{}` (integer inputs, inputs not needed).
 /// When no gradient is being taken, f is forward(inputs...).first and backward is never built.

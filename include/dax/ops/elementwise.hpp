@@ -76,7 +76,7 @@ template <class T> DistArray<T> add(const DistArray<T>& a, const DistArray<T>& b
   auto out = detail::map<T>(detail::Linearity::additive, detail::fn::Add{}, a, b);
   detail::record("add", out, [&](auto need) {
     return [need, as = a.shape(), bs = b.shape()](const DistArray<T>& g) {
-      return detail::Cotangents{detail::cotangent_for(need[0], g, as), detail::cotangent_for(need[1], g, bs)};
+      return detail::Cotangents{detail::cotangent_for(detail::wanted_now(need, 0), g, as), detail::cotangent_for(detail::wanted_now(need, 1), g, bs)};
     };
   }, a, b);
   return out;
@@ -85,8 +85,8 @@ template <class T> DistArray<T> subtract(const DistArray<T>& a, const DistArray<
   auto out = detail::map<T>(detail::Linearity::additive, detail::fn::Subtract{}, a, b);
   detail::record("subtract", out, [&](auto need) {
     return [need, as = a.shape(), bs = b.shape()](const DistArray<T>& g) {
-      return detail::Cotangents{detail::cotangent_for(need[0], g, as),
-                                need[1] ? detail::AnyArray(detail::sum_to(neg(g), bs)) : detail::AnyArray()};
+      return detail::Cotangents{detail::cotangent_for(detail::wanted_now(need, 0), g, as),
+                                detail::wanted_now(need, 1) ? detail::AnyArray(detail::sum_to(neg(g), bs)) : detail::AnyArray()};
     };
   }, a, b);
   return out;
@@ -95,8 +95,8 @@ template <class T> DistArray<T> multiply(const DistArray<T>& a, const DistArray<
   auto out = detail::map<T>(detail::Linearity::scaling, detail::fn::Multiply{}, a, b);
   detail::record("multiply", out, [&](auto need) {
     return [need, a, b](const DistArray<T>& g) {
-      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::Multiply{}, a.shape(), g, b),
-                                detail::fused_cotangent(need[1], detail::fn::Multiply{}, b.shape(), g, a)};
+      return detail::Cotangents{detail::fused_cotangent(detail::wanted_now(need, 0), detail::fn::Multiply{}, a.shape(), g, b),
+                                detail::fused_cotangent(detail::wanted_now(need, 1), detail::fn::Multiply{}, b.shape(), g, a)};
     };
   }, a, b);
   return out;
@@ -110,8 +110,8 @@ template <class T> DistArray<T> divide(const DistArray<T>& a, const DistArray<T>
   auto out = detail::map<T>(division_linearity<T>, detail::fn::Divide{}, a, b);
   detail::record("divide", out, [&](auto need) {
     return [need, a, b](const DistArray<T>& g) {
-      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::Divide{}, a.shape(), g, b),
-                                detail::fused_cotangent(need[1], detail::fn::DivideGradB{}, b.shape(), g, a, b)};
+      return detail::Cotangents{detail::fused_cotangent(detail::wanted_now(need, 0), detail::fn::Divide{}, a.shape(), g, b),
+                                detail::fused_cotangent(detail::wanted_now(need, 1), detail::fn::DivideGradB{}, b.shape(), g, a, b)};
     };
   }, a, b);
   return out;
@@ -120,8 +120,8 @@ template <class T> DistArray<T> pow(const DistArray<T>& a, const DistArray<T>& b
   auto out = detail::map<T>(detail::Linearity::none, detail::fn::Pow{}, a, b);
   detail::record("pow", out, [&](auto need) {
     return [need, a, b](const DistArray<T>& g) {
-      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::PowGradA{}, a.shape(), g, a, b),
-                                detail::fused_cotangent(need[1], detail::fn::PowGradB{}, b.shape(), g, a, b)};
+      return detail::Cotangents{detail::fused_cotangent(detail::wanted_now(need, 0), detail::fn::PowGradA{}, a.shape(), g, a, b),
+                                detail::fused_cotangent(detail::wanted_now(need, 1), detail::fn::PowGradB{}, b.shape(), g, a, b)};
     };
   }, a, b);
   return out;
@@ -130,8 +130,8 @@ template <class T> DistArray<T> maximum(const DistArray<T>& a, const DistArray<T
   auto out = detail::map<T>(detail::Linearity::none, detail::fn::Maximum{}, a, b);
   detail::record("maximum", out, [&](auto need) {
     return [need, a, b](const DistArray<T>& g) {
-      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::MaximumGradA{}, a.shape(), g, a, b),
-                                detail::fused_cotangent(need[1], detail::fn::MaximumGradA{}, b.shape(), g, b, a)};
+      return detail::Cotangents{detail::fused_cotangent(detail::wanted_now(need, 0), detail::fn::MaximumGradA{}, a.shape(), g, a, b),
+                                detail::fused_cotangent(detail::wanted_now(need, 1), detail::fn::MaximumGradA{}, b.shape(), g, b, a)};
     };
   }, a, b);
   return out;
@@ -140,8 +140,8 @@ template <class T> DistArray<T> minimum(const DistArray<T>& a, const DistArray<T
   auto out = detail::map<T>(detail::Linearity::none, detail::fn::Minimum{}, a, b);
   detail::record("minimum", out, [&](auto need) {
     return [need, a, b](const DistArray<T>& g) {
-      return detail::Cotangents{detail::fused_cotangent(need[0], detail::fn::MinimumGradA{}, a.shape(), g, a, b),
-                                detail::fused_cotangent(need[1], detail::fn::MinimumGradA{}, b.shape(), g, b, a)};
+      return detail::Cotangents{detail::fused_cotangent(detail::wanted_now(need, 0), detail::fn::MinimumGradA{}, a.shape(), g, a, b),
+                                detail::fused_cotangent(detail::wanted_now(need, 1), detail::fn::MinimumGradA{}, b.shape(), g, b, a)};
     };
   }, a, b);
   return out;
@@ -177,8 +177,8 @@ DistArray<T> where(const DistArray<bool>& cond, const DistArray<T>& a, const Dis
   detail::record("where", out, [&](auto need) {
     return [need, cond, as = a.shape(), bs = b.shape()](const DistArray<T>& g) {
       return detail::Cotangents{detail::AnyArray(),
-                                detail::fused_cotangent(need[1], detail::fn::WhereTrue{}, as, g, cond),
-                                detail::fused_cotangent(need[2], detail::fn::WhereFalse{}, bs, g, cond)};
+                                detail::fused_cotangent(detail::wanted_now(need, 1), detail::fn::WhereTrue{}, as, g, cond),
+                                detail::fused_cotangent(detail::wanted_now(need, 2), detail::fn::WhereFalse{}, bs, g, cond)};
     };
   }, cond, a, b);
   return out;
