@@ -8,9 +8,17 @@
 // ratio ScaLAPACK time / dax time (goal >= 0.9).
 //
 //   mpirun -np 2 ./linalg_bench [N=8192] [rounds=3] [--json FILE]
+//
+// --batched: a batch of small matrices instead, split over the ranks (P('x')): dax's batched
+// cholesky and solve (LAPACK on each rank's own matrices, linalg/batched.hpp) against the same
+// LAPACK calls in a loop over the rank's matrices, each copied first as dax copies it (into the
+// result). Ratio LAPACK time / dax time.
+//
+//   mpirun -np 2 ./linalg_bench --batched [count=4096] [size=32] [rounds=5] [--json FILE]
 #include <dax/dax.hpp>
 #include <dax/linalg.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -31,6 +39,87 @@ struct Result {
   double scalapack_s, dax_s;
 };
 
+/// The --batched run: `count` SPD matrices of size s x s split over the ranks.
+int batched(int64_t count, int64_t s, int rounds, const std::string& json_path) {
+  const int ranks = dax::Runtime::current().size(), rank = dax::Runtime::current().rank();
+  const dax::Mesh mesh(dax::Shape{ranks}, {"x"});
+  const dax::NamedSharding split(mesh, dax::P("x"));
+  const auto a = dax::make_array_from_callback<double>({count, s, s}, split, [&](const dax::Box& box) {
+    std::vector<double> v;
+    for (int64_t m = box[0].start; m < box[0].stop; ++m)
+      for (int64_t i = 0; i < s; ++i)
+        for (int64_t j = 0; j < s; ++j) v.push_back(entry(i, j, s) + 0.001 * double(m % 7));
+    return v;
+  });
+  const auto b = dax::ones<double>({count, s}, split);
+  // LAPACK alone on this rank's matrices, as dax calls it (row-major data read as A^T).
+  const auto mine = a.local_to_host();
+  const int64_t local = a.local_shape()[0], ss = s * s;
+  const int n = int(s), one = 1;
+  std::vector<double> factor(size_t(local * ss)), rhs(size_t(local * s));
+  std::vector<int> pivots(static_cast<size_t>(s));
+  int info = 0;
+  const auto lapack_cholesky = [&] {
+    std::copy(mine.begin(), mine.end(), factor.begin());
+    for (int64_t m = 0; m < local; ++m) ::dpotrf_("U", &n, factor.data() + m * ss, &n, &info);
+  };
+  const auto lapack_solve = [&] {
+    std::copy(mine.begin(), mine.end(), factor.begin());
+    std::fill(rhs.begin(), rhs.end(), 1.0);
+    for (int64_t m = 0; m < local; ++m) {
+      ::dgetrf_(&n, &n, factor.data() + m * ss, &n, pivots.data(), &info);
+      ::dgetrs_("T", &n, &one, factor.data() + m * ss, &n, pivots.data(), rhs.data() + m * s, &n, &info);
+    }
+  };
+  // Once each before timing, and the answers agree.
+  lapack_solve();
+  const auto x = dax::linalg::solve(a, b).local_to_host();
+  double err = 0;
+  for (size_t i = 0; i < x.size(); ++i) err = std::max(err, std::abs(x[i] - rhs[i]));
+  err = dax::bench::max_over_ranks(err);
+  if (rank == 0) std::cout << "# " << count << " matrices of " << s << " x " << s << ", " << ranks
+                           << " ranks: dax's and LAPACK's solutions differ by " << err << "\n";
+  if (err > 1e-12) throw dax::Error("linalg_bench: dax's batched solution differs from LAPACK's");
+  (void)dax::linalg::cholesky(a);
+  lapack_cholesky();
+  std::vector<double> l_chol, d_chol, l_solve, d_solve;
+  for (int r = 0; r < rounds; ++r) {
+    const auto lapack = [&] {
+      l_chol.push_back(dax::bench::slowest_rank_seconds(lapack_cholesky));
+      l_solve.push_back(dax::bench::slowest_rank_seconds(lapack_solve));
+    };
+    const auto ours = [&] {
+      d_chol.push_back(dax::bench::slowest_rank_seconds([&] { (void)dax::linalg::cholesky(a); }));
+      d_solve.push_back(dax::bench::slowest_rank_seconds([&] { (void)dax::linalg::solve(a, b); }));
+    };
+    if (r % 2 == 0) {
+      lapack();
+      ours();
+    } else {
+      ours();
+      lapack();
+    }
+  }
+  using dax::bench::median;
+  const std::vector<Result> all{{"cholesky", median(l_chol), median(d_chol)}, {"solve", median(l_solve), median(d_solve)}};
+  if (rank == 0) {
+    std::cout << std::left << std::setw(12) << "op" << std::setw(14) << "LAPACK s" << std::setw(12) << "dax s"
+              << "LAPACK / dax\n";
+    std::ofstream json(json_path);
+    json << "{\"benchmark\": \"linalg_bench --batched\", \"count\": " << count << ", \"size\": " << s
+         << ", \"ranks\": " << ranks << ", \"rounds\": " << rounds << ", \"results\": [";
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto& r = all[i];
+      std::cout << std::setw(12) << r.op << std::setw(14) << std::setprecision(4) << r.scalapack_s << std::setw(12)
+                << r.dax_s << std::setprecision(3) << r.scalapack_s / r.dax_s << "x\n";
+      json << (i ? ", " : "") << "{\"op\": \"" << r.op << "\", \"lapack_s\": " << r.scalapack_s
+           << ", \"dax_s\": " << r.dax_s << ", \"ratio\": " << r.scalapack_s / r.dax_s << "}";
+    }
+    json << "]}\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,12 +127,18 @@ int main(int argc, char** argv) {
   int64_t n = 8192;
   int rounds = 3;
   std::string json_path = "linalg_bench.json";
-  int positional = 0;
+  bool batch = false;
+  std::vector<int64_t> numbers;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
-    else if (positional++ == 0) n = std::atoll(argv[i]);
-    else rounds = std::atoi(argv[i]);
+    else if (std::strcmp(argv[i], "--batched") == 0) batch = true;
+    else numbers.push_back(std::atoll(argv[i]));
   }
+  if (batch)
+    return batched(numbers.size() > 0 ? numbers[0] : 4096, numbers.size() > 1 ? numbers[1] : 32,
+                   numbers.size() > 2 ? int(numbers[2]) : 5, json_path);
+  if (numbers.size() > 0) n = numbers[0];
+  if (numbers.size() > 1) rounds = int(numbers[1]);
   const int ranks = rt.size(), rank = rt.rank();
   const dax::Mesh mesh(dax::Shape{ranks}, {"x"});
   const dax::NamedSharding rows(mesh, dax::P("x"));
