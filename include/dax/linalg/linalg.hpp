@@ -2,8 +2,9 @@
 // every device of its mesh (the planner's fewest bytes), dealt into ScaLAPACK's block-cyclic layout
 // on a process grid made from the mesh (one all-to-all), factored or solved there, and brought back
 // the same way to the sharding asked for (the input's by default). Stacks of matrices (rank > 2)
-// run LAPACK on each device's whole matrices instead (linalg/batched.hpp). Errors (not positive definite, singular) are dax::Errors on every
-// rank. float, double, complex64 and complex128; docs/numerics.md.
+// run LAPACK on each device's whole matrices instead (linalg/batched.hpp). Errors (not positive
+// definite, singular) are dax::Errors on every rank. float, double, complex64 and complex128;
+// docs/numerics.md.
 #pragma once
 
 #include <algorithm>
@@ -366,21 +367,23 @@ DistArray<T> triangle_mask(int64_t n, const NamedSharding& s, T below, T diagona
   });
 }
 
+/// The sharding of x's last two dimensions alone: an (n, n) mask's, broadcast over x's batch.
+inline NamedSharding matrix_dims_sharding(const NamedSharding& x, size_t ndim) {
+  return make_sharding(x.mesh(), {x.dim_axes(ndim - 2), x.dim_axes(ndim - 1)}, {});
+}
+
 /// x times triangle_mask's (n, n) mask over its last two dimensions (each matrix of a batch).
 template <class T>
 DistArray<T> times_triangle(const DistArray<T>& x, T below, T diagonal, bool lower = true) {
-  const size_t d = x.ndim();
-  const NamedSharding s = make_sharding(x.sharding().mesh(), {x.sharding().dim_axes(d - 2), x.sharding().dim_axes(d - 1)}, {});
-  return x * triangle_mask<T>(x.shape()[d - 1], s, below, diagonal, lower);
+  return x * triangle_mask<T>(x.shape().back(), matrix_dims_sharding(x.sharding(), x.ndim()), below, diagonal, lower);
 }
 
 /// 1 / x off the diagonal of each matrix, 0 on it: the F matrices of eigh's and svd's pullbacks
 /// (x_ij = w_j - w_i of distinct values).
 template <class T>
 DistArray<T> reciprocal_off_diagonal(const DistArray<T>& x) {
-  const size_t d = x.ndim();
-  const int64_t n = x.shape()[d - 1];
-  const NamedSharding s = make_sharding(x.sharding().mesh(), {x.sharding().dim_axes(d - 2), x.sharding().dim_axes(d - 1)}, {});
+  const int64_t n = x.shape().back();
+  const NamedSharding s = matrix_dims_sharding(x.sharding(), x.ndim());
   const auto off = triangle_mask<T>(n, s, T(1), T(0)) + triangle_mask<T>(n, s, T(1), T(0), false);
   return T(1) / (x + triangle_mask<T>(n, s, T(0), T(1))) * off;
 }
