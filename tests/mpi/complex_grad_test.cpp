@@ -105,6 +105,10 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
   using dax::fft::Norm;
   Pick pick(shared_seed());
   const Norm norms[] = {Norm::backward, Norm::ortho, Norm::forward};
+  // The losses are linear or quadratic in the leaves, where central differences are exact for any
+  // step: a long one keeps the loss's rounding (|L| eps / step) out of the check. With 1e-6 a
+  // correct gradient failed by 4e-7 once (a 128-point line over 8 ranks).
+  const double step = 1e-3;
   for (int trial = 0; trial < 4; ++trial) {
     const Mesh& mesh = random_mesh(pick);
     const Shape shape{2 + int64_t(pick(3)), 2 + int64_t(pick(4))};  // odd and even lengths
@@ -122,7 +126,7 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
         const auto g = dax::fft::ifftn(f * w, axes, norm);
         return dax::sum(dax::real(g * w)) + dax::sum(dax::imag(dax::fft::fft(z[0], 0, norm)));
       };
-      check_complex_gradient(loss, {random_complex<complex128>(n, seed)}, {shape}, {s});
+      check_complex_gradient(loss, {random_complex<complex128>(n, seed)}, {shape}, {s}, 1e-7, step);
     }
     {  // a 1-D transform of an array split over its only axis: four steps, dax's own ops
       const int64_t len = int64_t(mesh.size()) * mesh.size() * (1 + int64_t(pick(2)));
@@ -132,7 +136,7 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
       auto loss = [&](const std::vector<DistArray<complex128>>& z) {
         return dax::sum(dax::real(dax::fft::ifft(dax::fft::fft(z[0], 0, norm) * wl, 0, norm) * wl));
       };
-      check_complex_gradient(loss, {random_complex<complex128>(len, seed + 5)}, {{len}}, {line});
+      check_complex_gradient(loss, {random_complex<complex128>(len, seed + 5)}, {{len}}, {line}, 1e-7, step);
       // rfft and irfft of the split line (four steps on x + 0i, the spectrum padded and weighted).
       const int64_t half = len / 2 + 1;
       const auto wr = dax::device_put(random_complex<complex128>(half, seed + 6), {half}, line);
@@ -141,7 +145,7 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
         return dax::sum(r * r);
       };
       check_complex_gradient(real_loss, {random_complex<complex128>(len, seed + 7), random_complex<complex128>(half, seed + 8)},
-                             {{len}, {half}}, {line, line});
+                             {{len}, {half}}, {line, line}, 1e-7, step);
     }
     {  // r2c and c2r
       // rfftn of a real array made from the first leaf, weighted, plus the second leaf (a general,
@@ -158,7 +162,7 @@ TEST_CASE("gradients through fft, ifft, fftn, ifftn, rfftn and irfftn equal cent
         return dax::sum(r * r) + dax::sum(dax::imag(z[0]) * 0.5);
       };
       check_complex_gradient(loss, {random_complex<complex128>(n, seed), random_complex<complex128>(dax::numel(half), seed + 1)},
-                             {shape, half}, {s, random_sharding(pick, mesh, 2)});
+                             {shape, half}, {s, random_sharding(pick, mesh, 2)}, 1e-7, step);
     }
   }
 }

@@ -84,7 +84,7 @@ inline double value_of(const DistArray<double>& loss) { return loss.is_addressab
 inline void check_complex_gradient(
     const std::function<DistArray<double>(const std::vector<DistArray<complex128>>&)>& loss,
     const std::vector<std::vector<complex128>>& values, const std::vector<Shape>& shapes,
-    const std::vector<NamedSharding>& where, double tolerance = 1e-7) {
+    const std::vector<NamedSharding>& where, double tolerance = 1e-7, double h = 1e-6) {
   auto place = [&](const std::vector<std::vector<complex128>>& v) {
     std::vector<DistArray<complex128>> leaves;
     for (size_t i = 0; i < v.size(); ++i) leaves.push_back(dax::device_put(v[i], shapes[i], where[i]));
@@ -92,7 +92,6 @@ inline void check_complex_gradient(
   };
   const auto [value, grads] = dax::value_and_grad(loss)(place(values));
   CHECK(value_of(value) == Approx(value_of(loss(place(values)))).epsilon(1e-12));
-  const double h = 1e-6;
   const bool here = value.is_addressable();  // the ranks outside the mesh run the same steps, check nothing
   for (size_t i = 0; i < values.size(); ++i) {
     CHECK(grads[i].sharding() == where[i]);
